@@ -1,0 +1,48 @@
+# skiplock: `make demo` and `make test` are all a fresh machine needs.
+SHELL := /bin/bash
+VENV  := .venv
+PY    := $(VENV)/bin/python
+APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl postgresql-15-plpgsql-check
+
+.PHONY: demo test bench revision check-schema system-packages venv clean
+
+## demo: a throwaway cluster (or DATABASE_URL), migrations, workers draining a pipeline, a summary
+demo: venv
+	$(PY) -m skiplock demo
+
+## test: pgTAP (pg_prove) and pytest against a throwaway cluster; never DATABASE_URL
+test: system-packages venv
+	$(PY) -m skiplock.testrun
+
+## bench: pgbench workloads against the machine's own ceiling; writes bench/RESULTS.md
+bench: venv
+	$(PY) -m bench.run $(BENCH_ARGS)
+
+## revision: freeze what changed in schema/ into a new migration: make revision m="what changed"
+revision: venv
+	$(PY) -m skiplock.revision -m "$(m)"
+
+check-schema: venv
+	$(PY) -m skiplock.revision --check
+
+# Debian packages the tests need, installed only when missing (root, or sudo when not root).
+system-packages:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	    echo "installing:$$missing"; \
+	    SUDO=""; [ "$$(id -u)" -eq 0 ] || SUDO="sudo"; \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	touch $@
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

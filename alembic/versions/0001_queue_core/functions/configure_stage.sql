@@ -1,0 +1,55 @@
+-- configure_stage(stage, …): set a stage's policy; arguments left NULL keep their current value
+-- (for a stage without a row: the value of the defaults row '*'). stage => '*' changes the
+-- defaults of every stage without a row. Returns the stage's settings row.
+CREATE OR REPLACE FUNCTION queue.configure_stage(
+        stage          text,
+        lease_duration interval DEFAULT NULL,
+        max_attempts   integer  DEFAULT NULL,
+        backoff        text     DEFAULT NULL,
+        backoff_base   interval DEFAULT NULL,
+        backoff_cap    interval DEFAULT NULL,
+        backoff_jitter real     DEFAULT NULL,
+        notify         boolean  DEFAULT NULL)
+    RETURNS queue.stage_settings
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_row queue.stage_settings;
+BEGIN
+    IF configure_stage.stage IS DISTINCT FROM '*' THEN
+        PERFORM queue._check_stage(configure_stage.stage);
+    END IF;
+    v_row := queue._settings(configure_stage.stage);
+    v_row.stage          := configure_stage.stage;
+    v_row.lease_duration := coalesce(configure_stage.lease_duration, v_row.lease_duration);
+    v_row.max_attempts   := coalesce(configure_stage.max_attempts, v_row.max_attempts);
+    v_row.backoff        := coalesce(configure_stage.backoff, v_row.backoff);
+    v_row.backoff_base   := coalesce(configure_stage.backoff_base, v_row.backoff_base);
+    v_row.backoff_cap    := coalesce(configure_stage.backoff_cap, v_row.backoff_cap);
+    v_row.backoff_jitter := coalesce(configure_stage.backoff_jitter, v_row.backoff_jitter);
+    v_row.notify         := coalesce(configure_stage.notify, v_row.notify);
+    v_row.updated        := pg_catalog.now();
+    BEGIN
+        INSERT INTO queue.stage_settings AS s
+        VALUES (v_row.*)
+        ON CONFLICT ON CONSTRAINT stage_settings_pkey DO UPDATE
+           SET lease_duration = excluded.lease_duration, max_attempts = excluded.max_attempts,
+               backoff = excluded.backoff, backoff_base = excluded.backoff_base,
+               backoff_cap = excluded.backoff_cap, backoff_jitter = excluded.backoff_jitter,
+               notify = excluded.notify, updated = excluded.updated
+        RETURNING s.* INTO v_row;
+    EXCEPTION WHEN check_violation THEN
+        RAISE EXCEPTION 'invalid stage setting'
+            USING ERRCODE = '22023',
+                  DETAIL = SQLERRM,
+                  HINT = 'lease_duration > 0, max_attempts >= 1, backoff ''linear'' or ''exponential'', delays >= 0, jitter between 0 and 1.';
+    END;
+    RETURN v_row;
+END
+$$;
+COMMENT ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean) IS 'Sets a stage''s policy (NULL keeps a value; ''*'' sets the defaults). Raises 22023 for an invalid value. Writes queue.stage_settings.';
+REVOKE ALL ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean) TO skiplock_admin;

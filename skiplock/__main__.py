@@ -1,0 +1,5 @@
+import sys
+
+from skiplock.cli import main
+
+sys.exit(main())

@@ -1,0 +1,202 @@
+"""A throwaway PostgreSQL cluster for the demo, the tests and the benchmark.
+
+The cluster lives in a fresh directory under /tmp, listens on a unix socket in that directory
+(and on 127.0.0.1 at a free port, for clients that only speak TCP) and is removed on stop.
+As root it runs the server as the unprivileged `postgres` OS user, because initdb, pg_ctl and
+postgres refuse to run as root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+from contextlib import contextmanager
+
+PG_BIN_CANDIDATES = ("/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin")
+
+# Test clusters trade durability for speed; the demo and the benchmark keep PostgreSQL's defaults.
+FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+
+
+def pg_bin() -> Path:
+    """The directory of the server binaries (initdb, pg_ctl, pgbench)."""
+    explicit = os.environ.get("PG_BIN")
+    if explicit:
+        return Path(explicit)
+    for candidate in PG_BIN_CANDIDATES:
+        if Path(candidate, "initdb").exists():
+            return Path(candidate)
+    found = shutil.which("pg_ctl")
+    if found:
+        return Path(found).parent
+    raise RuntimeError("PostgreSQL server binaries not found: install postgresql-15 or set PG_BIN")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    """One throwaway cluster. Use `with Cluster() as c:` or start()/stop()."""
+
+    def __init__(self, durable: bool = False, settings: dict[str, str] | None = None,
+                 directory: Path | None = None, port: int | None = None) -> None:
+        self.durable = durable
+        self.settings = dict(settings or {})
+        self.directory = directory
+        self.port = port
+        self.as_root = os.geteuid() == 0
+
+    # -- paths and urls -------------------------------------------------------------------
+    @property
+    def datadir(self) -> Path:
+        assert self.directory is not None
+        return self.directory / "data"
+
+    @property
+    def logfile(self) -> Path:
+        assert self.directory is not None
+        return self.directory / "server.log"
+
+    def url(self, dbname: str = "postgres") -> str:
+        """A libpq URL over the unix socket, as psql, pg_prove and psycopg take it."""
+        return f"postgresql://postgres@/{dbname}?host={self.directory}&port={self.port}"
+
+    # -- running ---------------------------------------------------------------------------
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        cmd = [str(a) for a in args]
+        if self.as_root:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        return subprocess.run(cmd, cwd="/", check=check, capture_output=True, text=True)
+
+    def start(self) -> "Cluster":
+        if self.directory is None:
+            self.directory = Path(tempfile.mkdtemp(prefix="skiplock-pg-", dir="/tmp"))
+        if self.as_root:
+            pw = pwd.getpwnam("postgres")
+            os.chown(self.directory, pw.pw_uid, pw.pw_gid)
+        os.chmod(self.directory, 0o700)
+        if self.port is None:
+            self.port = _free_port()
+        bindir = pg_bin()
+        try:
+            self._run(bindir / "initdb", "-D", self.datadir, "-U", "postgres", "--auth=trust",
+                      "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
+        except subprocess.CalledProcessError as e:
+            raise RuntimeError(f"initdb failed:\n{e.stdout}\n{e.stderr}") from e
+        conf = {
+            "listen_addresses": "'127.0.0.1'",
+            "port": str(self.port),
+            "unix_socket_directories": f"'{self.directory}'",
+            "max_connections": "200",
+            "shared_buffers": "256MB",
+            "logging_collector": "off",
+            "log_min_messages": "warning",
+        }
+        if not self.durable:
+            conf.update(FAST_SETTINGS)
+        conf.update(self.settings)  # values as postgresql.conf spells them, quotes included
+        with open(self.datadir / "postgresql.auto.conf", "a") as f:
+            for k, v in conf.items():
+                f.write(f"{k} = {v}\n")
+        try:
+            self._run(bindir / "pg_ctl", "-D", self.datadir, "-l", self.logfile, "-w", "-t", "60", "start")
+        except subprocess.CalledProcessError as e:
+            log = self.logfile.read_text() if self.logfile.exists() else ""
+            raise RuntimeError(f"pg_ctl start failed:\n{e.stdout}\n{e.stderr}\n{log}") from e
+        return self
+
+    def stop(self, mode: str = "fast", remove: bool = True) -> None:
+        if self.directory is None:
+            return
+        if (self.datadir / "postmaster.pid").exists():
+            self._run(pg_bin() / "pg_ctl", "-D", self.datadir, "-m", mode, "-w", "stop", check=False)
+        if remove:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def restart_after_crash(self) -> None:
+        """Stop with `-m immediate` (a crash: no checkpoint) and start again; the data survives."""
+        self._run(pg_bin() / "pg_ctl", "-D", self.datadir, "-m", "immediate", "-w", "stop")
+        self._run(pg_bin() / "pg_ctl", "-D", self.datadir, "-l", self.logfile, "-w", "-t", "60", "start")
+
+    def createdb(self, name: str) -> str:
+        import psycopg
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def __enter__(self) -> "Cluster":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextmanager
+def stopped_on_signals() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP into KeyboardInterrupt so `finally` blocks stop the cluster."""
+    def _raise(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+    old = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+# -- the `skiplock devdb` command keeps its cluster between calls in a state file ---------------
+STATE_FILE = Path(os.environ.get("SKIPLOCK_DEVDB_STATE", ".skiplock-devdb.json"))
+
+
+def devdb_start(durable: bool = True) -> Cluster:
+    if STATE_FILE.exists():
+        state = json.loads(STATE_FILE.read_text())
+        c = Cluster(durable=state["durable"], directory=Path(state["directory"]), port=state["port"])
+        if (c.datadir / "postmaster.pid").exists():
+            return c
+        STATE_FILE.unlink()
+    c = Cluster(durable=durable).start()
+    STATE_FILE.write_text(json.dumps({"directory": str(c.directory), "port": c.port, "durable": durable}))
+    return c
+
+
+def devdb_current() -> Cluster | None:
+    if not STATE_FILE.exists():
+        return None
+    state = json.loads(STATE_FILE.read_text())
+    return Cluster(durable=state["durable"], directory=Path(state["directory"]), port=state["port"])
+
+
+def devdb_stop() -> bool:
+    c = devdb_current()
+    if c is None:
+        return False
+    c.stop()
+    STATE_FILE.unlink(missing_ok=True)
+    return True
+
+
+def wait_ready(url: str, timeout: float = 30.0) -> None:
+    """Block until the server at url accepts connections (after a restart, for instance)."""
+    import psycopg
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with psycopg.connect(url, connect_timeout=2):
+                return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import psycopg
@@ -38,6 +39,20 @@ def db_url(admin_url: str, dbname: str) -> str:
     params = psycopg.conninfo.conninfo_to_dict(admin_url)
     params["dbname"] = dbname
     return psycopg.conninfo.make_conninfo(**params)
+
+
+def create_database(admin_url: str, prefix: str) -> str:
+    """A new database with a unique name on admin_url's server; returns its URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return db_url(admin_url, name)
+
+
+def drop_database(admin_url: str, url: str) -> None:
+    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def run_pg_prove(url: str) -> int:

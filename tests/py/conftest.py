@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import os
 import re
-import uuid
 from typing import Iterator
 
 import psycopg
 import pytest
 
 from skiplock import devdb, migrate
-from skiplock.testrun import db_url
+from skiplock.testrun import create_database, drop_database
 
 
 @pytest.fixture(scope="session")
@@ -38,19 +37,6 @@ def admin_url(cluster: devdb.Cluster | None) -> str:
     if cluster is not None:
         return cluster.url()
     return os.environ.get("SKIPLOCK_TEST_ADMIN_URL") or os.environ["TEST_DATABASE_URL"]
-
-
-def create_database(admin_url: str, prefix: str) -> str:
-    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return db_url(admin_url, name)
-
-
-def drop_database(admin_url: str, url: str) -> None:
-    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,171 @@
+"""`make demo`: real workers drain real tasks through a two-stage pipeline, then a summary.
+
+A throwaway cluster with PostgreSQL's default durability is started and stopped, unless
+DATABASE_URL names a database: then the demo migrates it, uses the stages demo.resize and
+demo.publish there, and leaves it running.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import random
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+
+import psycopg
+
+from skiplock import devdb, migrate
+from skiplock.worker import Fail, Outcome, Task, Worker
+
+RESIZE, PUBLISH = "demo.resize", "demo.publish"
+
+
+def resize(task: Task) -> Outcome:
+    p = task.payload
+    if p.get("corrupt"):
+        raise Fail("bad input: not an image", fatal=True)
+    if p.get("flaky") and task.attempt == 1:
+        raise Fail("timeout talking to the image store")
+    digest = p["image"].encode()
+    for _ in range(200):  # a little real work per task
+        digest = hashlib.sha256(digest).digest()
+    return Outcome(next_stage=PUBLISH)
+
+
+def publish(task: Task) -> Outcome:
+    if task.payload.get("flaky_publish") and task.attempt == 1:
+        raise Fail("CDN answered 503")
+    return Outcome()
+
+
+def _work(url: str, stop: mp.Event, results: mp.Queue, index: int) -> None:
+    worker = Worker(url, {RESIZE: resize, PUBLISH: publish}, batch=10, idle_wait=0.2,
+                    name=f"demo-worker-{index}")
+    counters = worker.run(should_stop=stop.is_set)
+    results.put((counters.taken, counters.finished, counters.failed, counters.lost))
+
+
+@dataclass
+class Summary:
+    enqueued: int
+    done: int
+    fatal: int
+    failed_attempts: int
+    live: int
+    elapsed: float
+    workers: int
+
+    @property
+    def accounted(self) -> bool:
+        return self.live == 0 and self.done + self.fatal == self.enqueued
+
+
+def run(url: str, tasks: int = 3000, workers: int = 4, seed: int | None = None) -> Summary:
+    rng = random.Random(seed)
+    run_id = uuid.uuid4().hex[:8]
+    with psycopg.connect(url, autocommit=True) as conn:
+        for stage in (RESIZE, PUBLISH):
+            conn.execute("SELECT queue.configure_stage(%s, lease_duration => '30 seconds', max_attempts => 3,"
+                          " backoff => 'exponential', backoff_base => '50 milliseconds', backoff_cap => '1 second')",
+                          (stage,))
+        payloads = []
+        for n in range(tasks):
+            roll = rng.random()
+            payloads.append(json.dumps({
+                "run": run_id, "n": n, "image": f"img-{n:05d}.jpg",
+                "corrupt": roll < 0.01, "flaky": 0.01 <= roll < 0.11, "flaky_publish": rng.random() < 0.05,
+            }))
+        started = time.monotonic()
+        ids = [r[0] for r in conn.execute(
+            "SELECT queue.enqueue_batch(%s::jsonb[], stage => %s)", (payloads, RESIZE)).fetchall()]
+        print(f"enqueued {len(ids)} tasks into {RESIZE}; {workers} worker processes draining "
+              f"{RESIZE} -> {PUBLISH}", flush=True)
+
+        stop = mp.Event()
+        results: mp.Queue = mp.Queue()
+        procs = [mp.Process(target=_work, args=(url, stop, results, i)) for i in range(workers)]
+        for p in procs:
+            p.start()
+        lo, hi = min(ids), max(ids)
+        last_report = 0.0
+        try:
+            while True:
+                live = conn.execute("SELECT count(*) FROM queue.tasks WHERE id BETWEEN %s AND %s "
+                                    "AND finished IS NULL", (lo, hi)).fetchone()[0]
+                if live == 0:
+                    break
+                now = time.monotonic()
+                if now - last_report >= 1.0:
+                    print(f"  {now - started:5.1f} s  {tasks - live:>6} of {tasks} through the pipeline "
+                          f"or fatal", flush=True)
+                    last_report = now
+                conn.execute("SELECT queue.reap_hung()")  # the demo is also its own supervisor
+                time.sleep(0.1)
+        finally:
+            stop.set()
+            for p in procs:
+                p.join(timeout=30)
+                if p.is_alive():
+                    p.terminate()
+        elapsed = time.monotonic() - started
+        failed = 0
+        while not results.empty():
+            failed += results.get()[2]
+        row = conn.execute(
+            "SELECT count(*) FILTER (WHERE status = 'done' AND stage = %s),"
+            "       count(*) FILTER (WHERE status = 'fatal'),"
+            "       count(*) FILTER (WHERE finished IS NULL)"
+            "  FROM queue.tasks WHERE id BETWEEN %s AND %s", (PUBLISH, lo, hi)).fetchone()
+    return Summary(enqueued=len(ids), done=row[0], fatal=row[1], failed_attempts=failed, live=row[2],
+                   elapsed=elapsed, workers=workers)
+
+
+def print_summary(s: Summary, url: str) -> None:
+    print()
+    print(f"skiplock demo: {s.enqueued} tasks through {RESIZE} -> {PUBLISH}, {s.workers} worker processes")
+    print(f"  enqueued        {s.enqueued:>7}")
+    print(f"  done            {s.done:>7}   finished both stages")
+    print(f"  fatal           {s.fatal:>7}   bad input, never retried")
+    print(f"  retried         {s.failed_attempts - s.fatal:>7}   failed attempts that were retried")
+    print(f"  still live      {s.live:>7}")
+    print(f"  throughput      {s.enqueued / s.elapsed:>7.0f}   tasks/s through both stages ({s.elapsed:.1f} s)")
+    verdict = "yes" if s.accounted else "NO"
+    print(f"  every task accounted for (done + fatal = enqueued, none live): {verdict}")
+    with psycopg.connect(url) as conn:
+        errors = conn.execute("SELECT stage, error, tasks FROM queue.errors WHERE stage IN (%s, %s) "
+                              "ORDER BY tasks DESC LIMIT 3", (RESIZE, PUBLISH)).fetchall()
+    if errors:
+        print("  why tasks failed for good (queue.errors):")
+        for stage, error, count in errors:
+            print(f"    {count:>5}  {stage}: {error}")
+
+
+def main(tasks: int = 3000, workers: int = 4) -> int:
+    url = os.environ.get("DATABASE_URL")
+    cluster = None
+    with devdb.stopped_on_signals():
+        try:
+            if url:
+                print("using the database in DATABASE_URL (it stays running)", flush=True)
+            else:
+                print("starting a throwaway PostgreSQL cluster (default durability)", flush=True)
+                cluster = devdb.Cluster(durable=True).start()
+                url = cluster.url()
+            print("alembic upgrade head", flush=True)
+            migrate.upgrade(url)
+            summary = run(url, tasks, workers)
+            print_summary(summary, url)
+            return 0 if summary.accounted else 1
+        finally:
+            if cluster is not None:
+                cluster.stop()
+                print("throwaway cluster stopped and removed")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""A reference worker loop in Python over skiplock's SQL API.
+
+Everything that decides anything lives in the database; this is the client side every language
+writes once: take a batch, run a handler per task, finish or fail with the lease, sleep on
+LISTEN when the stage is empty, reconnect with backoff when the connection drops.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import psycopg
+
+
+@dataclass
+class Task:
+    id: int
+    payload: dict | list
+    attempt: int
+    lease: str
+    stage: str
+
+
+class Fail(Exception):
+    """Raise from a handler to fail the attempt; fatal=True means never retry."""
+
+    def __init__(self, message: str, fatal: bool = False, retry_in: float | None = None) -> None:
+        super().__init__(message)
+        self.fatal = fatal
+        self.retry_in = retry_in
+
+
+@dataclass
+class Outcome:
+    """What a handler decided: finish (optionally moving to next_stage)."""
+    next_stage: str | None = None
+
+
+@dataclass
+class Counters:
+    taken: int = 0
+    finished: int = 0
+    failed: int = 0
+    lost: int = 0          # finish/fail returned false: the lease was no longer ours
+    reconnects: int = 0
+    finished_ids: list[int] = field(default_factory=list)
+
+
+Handler = Callable[[Task], "Outcome | None"]
+
+
+def channel(stage: str) -> str:
+    """The NOTIFY channel enqueue signals for a stage."""
+    return "skiplock." + stage
+
+
+class Worker:
+    def __init__(self, url: str, handlers: dict[str, Handler], batch: int = 10,
+                 idle_wait: float = 1.0, name: str | None = None) -> None:
+        self.url = url
+        self.handlers = handlers
+        self.batch = batch
+        self.idle_wait = idle_wait  # slow poll: a lost notification never strands a task
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.counters = Counters()
+        self._stop = False
+
+    def stop(self) -> None:
+        self._stop = True
+
+    def _connect(self) -> psycopg.Connection:
+        delay = 0.1
+        while True:
+            try:
+                conn = psycopg.connect(self.url, autocommit=True)
+                for stage in self.handlers:
+                    conn.execute(f'LISTEN "{channel(stage)}"')
+                return conn
+            except psycopg.OperationalError:
+                if self._stop:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def run(self, should_stop: Callable[[], bool] = lambda: False) -> Counters:
+        conn = self._connect()
+        try:
+            while not (self._stop or should_stop()):
+                try:
+                    worked = False
+                    for stage, handler in self.handlers.items():
+                        worked |= self._drain_once(conn, stage, handler)
+                    if not worked:
+                        # Sleep until an enqueue notifies us, or the slow poll comes round.
+                        for _ in conn.notifies(timeout=self.idle_wait, stop_after=1):
+                            pass
+                except psycopg.OperationalError:
+                    # The server went away (restart, terminated backend): reconnect with backoff.
+                    # Tasks we held come back through their leases and reap_hung().
+                    self.counters.reconnects += 1
+                    try:
+                        conn.close()
+                    except Exception:
+                        pass
+                    conn = self._connect()
+        finally:
+            conn.close()
+        return self.counters
+
+    def _drain_once(self, conn: psycopg.Connection, stage: str, handler: Handler) -> bool:
+        rows = conn.execute(
+            "SELECT id, payload, attempt, lease FROM queue.take_next(stage => %s, batch => %s, worker => %s)",
+            (stage, self.batch, self.name)).fetchall()
+        for task_id, payload, attempt, lease in rows:
+            self.counters.taken += 1
+            task = Task(task_id, payload, attempt, str(lease), stage)
+            try:
+                outcome = handler(task) or Outcome()
+            except Fail as f:
+                ok = conn.execute(
+                    "SELECT queue.fail(%s, %s, %s, fatal => %s, retry_in => %s::float8 * interval '1 second')",
+                    (task.id, task.lease, str(f), f.fatal, f.retry_in)).fetchone()[0]
+                self.counters.failed += ok
+                self.counters.lost += not ok
+                continue
+            ok = conn.execute("SELECT queue.finish(%s, %s, next_stage => %s)",
+                              (task.id, task.lease, outcome.next_stage)).fetchone()[0]
+            if ok:
+                self.counters.finished += 1
+                self.counters.finished_ids.append(task.id)
+            else:
+                self.counters.lost += 1
+        return bool(rows)

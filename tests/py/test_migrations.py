@@ -1,0 +1,136 @@
+"""schema/ is the source of truth; the migrations must ship exactly it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import psycopg
+import pytest
+from alembic.script import ScriptDirectory
+
+from skiplock import migrate, revision
+from skiplock.sqlfiles import build_from_schema
+from skiplock.testrun import create_database, drop_database
+
+# Everything a DBA or a caller can observe about schema queue, minus Alembic's own version table.
+CATALOG_QUERIES = {
+    "schema": """
+        SELECT n.nspname, pg_get_userbyid(n.nspowner), n.nspacl::text, obj_description(n.oid, 'pg_namespace')
+          FROM pg_namespace n WHERE n.nspname = 'queue'""",
+    "functions": """
+        SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid), p.proacl::text,
+               p.proconfig::text, p.prosecdef, p.provolatile, pg_get_userbyid(p.proowner),
+               obj_description(p.oid, 'pg_proc')
+          FROM pg_proc p WHERE p.pronamespace = 'queue'::regnamespace""",
+    "relations": """
+        SELECT c.relname, c.relkind, c.relpersistence, c.relispartition, pg_get_userbyid(c.relowner),
+               c.relacl::text, obj_description(c.oid, 'pg_class'),
+               pg_get_expr(c.relpartbound, c.oid), pg_get_partkeydef(c.oid)
+          FROM pg_class c
+         WHERE c.relnamespace = 'queue'::regnamespace AND c.relname NOT LIKE 'skiplock_version%'""",
+    "columns": """
+        SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+               a.attidentity, pg_get_expr(d.adbin, d.adrelid), col_description(c.oid, a.attnum)
+          FROM pg_class c
+          JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+          LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+         WHERE c.relnamespace = 'queue'::regnamespace AND c.relname NOT LIKE 'skiplock_version%'""",
+    "constraints": """
+        SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)
+          FROM pg_constraint WHERE connamespace = 'queue'::regnamespace
+           AND conrelid::regclass::text NOT LIKE 'queue.skiplock_version%'""",
+    "indexes": """
+        SELECT indexname, indexdef FROM pg_indexes
+         WHERE schemaname = 'queue' AND tablename <> 'skiplock_version'""",
+    "views": """
+        SELECT viewname, definition FROM pg_views WHERE schemaname = 'queue'""",
+    "types": """
+        SELECT t.typname, t.typtype, pg_get_userbyid(t.typowner), obj_description(t.oid, 'pg_type'),
+               (SELECT array_agg(e.enumlabel ORDER BY e.enumsortorder) FROM pg_enum e WHERE e.enumtypid = t.oid)::text
+          FROM pg_type t
+         WHERE t.typnamespace = 'queue'::regnamespace AND t.typtype IN ('e', 'd', 'c')
+           AND NOT EXISTS (SELECT FROM pg_class c WHERE c.reltype = t.oid)""",
+    "data": """
+        SELECT stage, lease_duration::text, max_attempts, backoff, backoff_base::text, backoff_cap::text,
+               backoff_jitter, notify FROM queue.stage_settings""",
+}
+
+
+def catalog(url: str) -> dict[str, list[tuple]]:
+    with psycopg.connect(url) as conn:
+        exists = conn.execute("SELECT to_regclass('queue.stage_settings') IS NOT NULL").fetchone()[0]
+        return {name: sorted(conn.execute(q).fetchall(), key=repr)
+                for name, q in CATALOG_QUERIES.items() if exists or name != "data"}
+
+
+def assert_same_catalog(got: dict, want: dict) -> None:
+    for name in want:
+        extra = [r for r in got[name] if r not in want[name]]
+        missing = [r for r in want[name] if r not in got[name]]
+        assert not extra and not missing, (
+            f"{name} differ between the migrated database and schema/:\n"
+            f"  only in migrated: {extra}\n  only in schema/: {missing}")
+
+
+@pytest.fixture(scope="module")
+def schema_db(admin_url: str):
+    """A database built straight from schema/."""
+    url = create_database(admin_url, "from_schema")
+    with psycopg.connect(url) as conn:
+        build_from_schema(conn)
+    yield url
+    drop_database(admin_url, url)
+
+
+def test_revisions_form_one_linear_history():
+    script = ScriptDirectory.from_config(migrate.alembic_config("postgresql://unused"))
+    assert len(script.get_heads()) == 1, "more than one head: merge or re-parent the revisions"
+    for rev in script.walk_revisions():
+        assert not rev.is_merge_point, f"revision {rev.revision} is a merge point"
+
+
+def test_every_schema_file_is_shipped_by_a_revision():
+    pending = revision.unshipped() + revision.removed()
+    assert not pending, f"unshipped change in schema/: {pending}; run make revision m=\"…\""
+
+
+def test_upgrade_head_builds_exactly_what_schema_describes(db: str, schema_db: str):
+    assert_same_catalog(catalog(db), catalog(schema_db))
+
+
+def test_upgrade_downgrade_upgrade_round_trips(admin_url: str, schema_db: str):
+    url = create_database(admin_url, "round_trip")
+    try:
+        migrate.upgrade(url)
+        migrate.downgrade(url, "base")
+        leftovers = catalog(url)
+        assert all(not rows for name, rows in leftovers.items() if name != "schema"), \
+            f"downgrade to base left objects behind: { {k: v for k, v in leftovers.items() if v and k != 'schema'} }"
+        migrate.upgrade(url)
+        assert_same_catalog(catalog(url), catalog(schema_db))
+    finally:
+        drop_database(admin_url, url)
+
+
+def test_concurrent_upgrades_do_not_interleave(admin_url: str, schema_db: str):
+    url = create_database(admin_url, "concurrent")
+    try:
+        # Separate processes, as three CI jobs would run them (Alembic's API is not thread-safe).
+        procs = [subprocess.Popen([sys.executable, "-m", "skiplock", "--db", url, "upgrade"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for _ in range(3)]
+        outputs = [p.communicate(timeout=120)[0] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0, 0], outputs
+        with psycopg.connect(url) as conn:
+            versions = conn.execute("SELECT version_num FROM queue.skiplock_version").fetchall()
+        assert len(versions) == 1
+        assert_same_catalog(catalog(url), catalog(schema_db))
+    finally:
+        drop_database(admin_url, url)
+
+
+def test_version_table_lives_in_schema_queue(db: str):
+    with psycopg.connect(db) as conn:
+        assert conn.execute("SELECT to_regclass('queue.skiplock_version') IS NOT NULL").fetchone()[0]
+        assert conn.execute("SELECT to_regclass('public.alembic_version') IS NULL").fetchone()[0]

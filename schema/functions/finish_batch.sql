@@ -29,7 +29,8 @@ BEGIN
     END IF;
 
     WITH pairs AS (
-        SELECT p.id, p.lease FROM pg_catalog.unnest(finish_batch.id, finish_batch.lease) AS p(id, lease)
+        SELECT p.id, p.lease
+          FROM ROWS FROM (pg_catalog.unnest(finish_batch.id), pg_catalog.unnest(finish_batch.lease)) AS p(id, lease)
     ), done AS (
         DELETE FROM queue.live_tasks t
          USING pairs p
@@ -50,7 +51,7 @@ BEGIN
     UPDATE queue.live_tasks t
        SET status = 'ready', rerun = false, attempt = 0, lease = NULL, lease_expires = NULL,
            started = NULL, error_text = NULL, updated = v_now
-      FROM pg_catalog.unnest(finish_batch.id, finish_batch.lease) AS p(id, lease)
+      FROM ROWS FROM (pg_catalog.unnest(finish_batch.id), pg_catalog.unnest(finish_batch.lease)) AS p(id, lease)
      WHERE t.id = p.id AND t.lease = p.lease AND t.rerun;
     GET DIAGNOSTICS v_rerun = ROW_COUNT;
     RETURN v_done + v_rerun;

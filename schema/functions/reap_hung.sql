@@ -48,7 +48,7 @@ BEGIN
          WHERE t.id = e.id AND e.retry
         RETURNING 1
     )
-    SELECT (SELECT pg_catalog.count(*) FROM fatal) + (SELECT pg_catalog.count(*) FROM retried)
+    SELECT ((SELECT pg_catalog.count(*) FROM fatal) + (SELECT pg_catalog.count(*) FROM retried))::integer
       INTO v_count;
     RETURN v_count;
 END

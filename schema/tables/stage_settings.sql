@@ -20,7 +20,7 @@ CREATE TABLE queue.stage_settings (
 -- The row for stage '*' holds the defaults of every stage that has no row of its own.
 INSERT INTO queue.stage_settings (stage) VALUES ('*');
 
-COMMENT ON TABLE queue.stage_settings IS 'Per-stage policy (lease, retries, wake-ups). A stage without a row uses the row of stage ''*''. Change with queue.configure_stage() or UPDATE as an admin.';
+COMMENT ON TABLE queue.stage_settings IS 'Per-stage policy (lease, retries, wake-ups). A stage without a row uses the row of stage ''*''. Change with queue.configure_stage() (role skiplock_admin); a superuser may also UPDATE it in psql.';
 COMMENT ON COLUMN queue.stage_settings.stage IS 'Stage name, or ''*'' for the defaults of stages that have no row.';
 COMMENT ON COLUMN queue.stage_settings.lease_duration IS 'How long a taken task stays leased to its worker before reap_hung() may recover it, unless heartbeat() extends it.';
 COMMENT ON COLUMN queue.stage_settings.max_attempts IS 'Attempts before a failing task becomes fatal (1 = never retried).';

@@ -1,0 +1,260 @@
+-- Structure of schema queue: the exact public API, how every function is declared, comments,
+-- privileges, ownership, and a clean plpgsql_check. Catalog queries only; changes nothing.
+-- Alembic's version table queue.skiplock_version exists only in a migrated database and belongs
+-- to the migrating user, so the comment and ownership checks leave it out.
+BEGIN;
+SELECT plan(25);
+
+-- The public API (functions not starting with '_'), with argument signatures: adding, removing or
+-- changing the arguments of one must be a deliberate change of this list.
+SELECT set_eq(
+    $$SELECT p.oid::regprocedure::text
+        FROM pg_catalog.pg_proc p
+       WHERE p.pronamespace = 'queue'::regnamespace AND p.proname !~ '^_'$$,
+    ARRAY[
+        'queue.cancel(bigint)',
+        'queue.configure_stage(text,interval,integer,text,interval,interval,real,boolean)',
+        'queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text)',
+        'queue.enqueue_batch(jsonb[],text,integer,timestamp with time zone)',
+        'queue.fail(bigint,uuid,text,boolean,interval)',
+        'queue.finish(bigint,uuid,text)',
+        'queue.finish_batch(bigint[],uuid[])',
+        'queue.heartbeat(bigint,uuid,interval)',
+        'queue.reap_hung()',
+        'queue.retry(bigint)',
+        'queue.set_priority(bigint,integer)',
+        'queue.take_next(text,integer,interval,text)'
+    ],
+    'the public functions of schema queue are exactly the documented API, with these signatures'
+);
+
+SELECT is_empty(
+    $$SELECT p.oid::regprocedure::text
+        FROM pg_catalog.pg_proc p
+       WHERE p.pronamespace = 'queue'::regnamespace AND p.proname !~ '^_' AND NOT p.prosecdef$$,
+    'every public function is SECURITY DEFINER (listed: those that are not)'
+);
+
+-- The exact text stored in proconfig: a SECURITY DEFINER function must not resolve names through
+-- the caller's search_path.
+SELECT is_empty(
+    $$SELECT p.oid::regprocedure::text, p.proconfig::text
+        FROM pg_catalog.pg_proc p
+       WHERE p.pronamespace = 'queue'::regnamespace
+         AND p.proconfig::text IS DISTINCT FROM '{"search_path=pg_catalog, pg_temp"}'$$,
+    'every function of queue (API and helpers) has proconfig {"search_path=pg_catalog, pg_temp"} (listed: those that do not)'
+);
+
+-- Comments: what \df+ and \d+ show a DBA.
+SELECT isnt(pg_catalog.btrim(coalesce(pg_catalog.obj_description('queue'::regnamespace, 'pg_namespace'), '')), '',
+            'schema queue has a comment');
+
+SELECT is_empty(
+    $$SELECT p.oid::regprocedure::text
+        FROM pg_catalog.pg_proc p
+       WHERE p.pronamespace = 'queue'::regnamespace
+         AND pg_catalog.btrim(coalesce(pg_catalog.obj_description(p.oid, 'pg_proc'), '')) = ''$$,
+    'every function of queue has a non-empty comment (listed: those without)'
+);
+
+SELECT is_empty(
+    $$SELECT c.oid::regclass::text, c.relkind
+        FROM pg_catalog.pg_class c
+       WHERE c.relnamespace = 'queue'::regnamespace
+         AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+         AND c.relname <> 'skiplock_version'
+         AND pg_catalog.btrim(coalesce(pg_catalog.obj_description(c.oid, 'pg_class'), '')) = ''$$,
+    'every table and view of queue has a non-empty comment (listed: those without)'
+);
+
+SELECT is_empty(
+    $$SELECT c.oid::regclass::text || '.' || a.attname
+        FROM pg_catalog.pg_class c
+        JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+       WHERE c.relnamespace = 'queue'::regnamespace
+         AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+         AND NOT c.relispartition  -- a partition's columns are its parent's, described there
+         AND c.relname <> 'skiplock_version'
+         AND pg_catalog.btrim(coalesce(pg_catalog.col_description(c.oid, a.attnum), '')) = ''$$,
+    'every column of the tables (partitions: their parent) and views of queue has a non-empty comment (listed: those without)'
+);
+
+-- Types declared on their own (enums, domains, ranges, standalone composites); the row and array
+-- types that come with every table are described by the table.
+SELECT is_empty(
+    $$SELECT t.oid::regtype::text
+        FROM pg_catalog.pg_type t
+        LEFT JOIN pg_catalog.pg_class c ON c.oid = t.typrelid
+       WHERE t.typnamespace = 'queue'::regnamespace
+         AND t.typcategory <> 'A'
+         AND (c.oid IS NULL OR c.relkind = 'c')
+         AND pg_catalog.btrim(coalesce(pg_catalog.obj_description(t.oid, 'pg_type'), '')) = ''$$,
+    'every type of queue has a non-empty comment (listed: those without)'
+);
+
+-- Nothing is granted to PUBLIC. A NULL proacl means the default ACL, which lets PUBLIC execute.
+-- (Types keep PostgreSQL's default USAGE for PUBLIC: naming a type grants no access to data.)
+SELECT is_empty(
+    $$SELECT p.oid::regprocedure::text, coalesce(p.proacl::text, 'NULL (default: EXECUTE to PUBLIC)')
+        FROM pg_catalog.pg_proc p
+       WHERE p.pronamespace = 'queue'::regnamespace
+         AND (p.proacl IS NULL
+              OR EXISTS (SELECT FROM pg_catalog.aclexplode(p.proacl) a WHERE a.grantee = 0))$$,
+    'no function of queue is executable by PUBLIC: proacl is set and has no PUBLIC entry (listed: offenders)'
+);
+
+SELECT is_empty(
+    $$SELECT c.oid::regclass::text, c.relacl::text
+        FROM pg_catalog.pg_class c
+       WHERE c.relnamespace = 'queue'::regnamespace
+         AND EXISTS (SELECT FROM pg_catalog.aclexplode(c.relacl) a WHERE a.grantee = 0)$$,
+    'no table, view or sequence of queue grants anything to PUBLIC (listed: offenders)'
+);
+
+SELECT is_empty(
+    $$SELECT n.nspacl::text
+        FROM pg_catalog.pg_namespace n
+       WHERE n.nspname = 'queue'
+         AND EXISTS (SELECT FROM pg_catalog.aclexplode(n.nspacl) a WHERE a.grantee = 0)$$,
+    'schema queue grants nothing (no USAGE) to PUBLIC'
+);
+
+-- Role by role: helpers are for skiplock's own functions only.
+SELECT is_empty(
+    $$SELECT r.rolname, p.oid::regprocedure::text
+        FROM pg_catalog.pg_proc p
+       CROSS JOIN pg_catalog.pg_roles r
+       WHERE p.pronamespace = 'queue'::regnamespace AND p.proname ~ '^_'
+         AND r.rolname IN ('skiplock_producer', 'skiplock_worker', 'skiplock_monitor', 'skiplock_admin')
+         AND pg_catalog.has_function_privilege(r.oid, p.oid, 'EXECUTE')$$,
+    'no application role may execute a _ helper (listed: role and helper)'
+);
+
+SELECT set_eq(
+    $$SELECT p.oid::regprocedure::text
+        FROM pg_catalog.pg_proc p
+       WHERE p.pronamespace = 'queue'::regnamespace AND p.proname !~ '^_'
+         AND pg_catalog.has_function_privilege('skiplock_producer', p.oid, 'EXECUTE')$$,
+    ARRAY['queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text)',
+          'queue.enqueue_batch(jsonb[],text,integer,timestamp with time zone)'],
+    'skiplock_producer may execute enqueue and enqueue_batch and nothing else'
+);
+
+SELECT set_eq(
+    $$SELECT p.oid::regprocedure::text
+        FROM pg_catalog.pg_proc p
+       WHERE p.pronamespace = 'queue'::regnamespace AND p.proname !~ '^_'
+         AND pg_catalog.has_function_privilege('skiplock_worker', p.oid, 'EXECUTE')$$,
+    ARRAY['queue.take_next(text,integer,interval,text)',
+          'queue.heartbeat(bigint,uuid,interval)',
+          'queue.finish(bigint,uuid,text)',
+          'queue.finish_batch(bigint[],uuid[])',
+          'queue.fail(bigint,uuid,text,boolean,interval)'],
+    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch and fail and nothing else'
+);
+
+SELECT is_empty(
+    $$SELECT p.oid::regprocedure::text
+        FROM pg_catalog.pg_proc p
+       WHERE p.pronamespace = 'queue'::regnamespace
+         AND pg_catalog.has_function_privilege('skiplock_monitor', p.oid, 'EXECUTE')$$,
+    'skiplock_monitor may execute no function of queue'
+);
+
+SELECT set_eq(
+    $$SELECT c.oid::regclass::text
+        FROM pg_catalog.pg_class c
+       WHERE c.relnamespace = 'queue'::regnamespace
+         AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+         AND pg_catalog.has_table_privilege('skiplock_monitor', c.oid, 'SELECT')$$,
+    ARRAY['queue.tasks', 'queue.stats', 'queue.errors', 'queue.hourly'],
+    'skiplock_monitor may read exactly the views queue.tasks, queue.stats, queue.errors and queue.hourly'
+);
+
+SELECT set_eq(
+    $$SELECT p.oid::regprocedure::text
+        FROM pg_catalog.pg_proc p
+       WHERE p.pronamespace = 'queue'::regnamespace
+         AND pg_catalog.has_function_privilege('skiplock_admin', p.oid, 'EXECUTE')$$,
+    $$SELECT p.oid::regprocedure::text
+        FROM pg_catalog.pg_proc p
+       WHERE p.pronamespace = 'queue'::regnamespace AND p.proname !~ '^_'$$,
+    'skiplock_admin may execute every public function (and no helper)'
+);
+
+SELECT is_empty(
+    $$SELECT r.rolname, c.oid::regclass::text, v.priv
+        FROM pg_catalog.pg_class c
+       CROSS JOIN pg_catalog.pg_roles r
+       CROSS JOIN (VALUES ('SELECT'), ('INSERT'), ('UPDATE'), ('DELETE'), ('TRUNCATE')) AS v(priv)
+       WHERE c.relnamespace = 'queue'::regnamespace
+         AND c.relkind IN ('r', 'p')
+         AND r.rolname IN ('skiplock_producer', 'skiplock_worker', 'skiplock_monitor', 'skiplock_admin')
+         AND pg_catalog.has_table_privilege(r.oid, c.oid, v.priv)$$,
+    'no application role may read or write a table of queue directly (listed: role, table, privilege)'
+);
+
+-- The privilege check in action: a worker reading the hot table is refused.
+SET LOCAL ROLE skiplock_worker;
+SELECT throws_ok(
+    'SELECT pg_catalog.count(*) FROM queue.live_tasks',
+    '42501', 'permission denied for table live_tasks',
+    'a worker selecting from queue.live_tasks directly gets 42501'
+);
+RESET ROLE;
+
+-- Ownership: SECURITY DEFINER functions run as their owner, so everything belongs to skiplock_owner.
+SELECT is(pg_catalog.pg_get_userbyid(n.nspowner)::text, 'skiplock_owner', 'schema queue is owned by skiplock_owner')
+  FROM pg_catalog.pg_namespace n
+ WHERE n.nspname = 'queue';
+
+SELECT is_empty(
+    $$SELECT p.oid::regprocedure::text, pg_catalog.pg_get_userbyid(p.proowner)
+        FROM pg_catalog.pg_proc p
+       WHERE p.pronamespace = 'queue'::regnamespace
+         AND p.proowner <> 'skiplock_owner'::regrole$$,
+    'every function of queue is owned by skiplock_owner (listed: others and their owner)'
+);
+
+SELECT is_empty(
+    $$SELECT c.oid::regclass::text, c.relkind, pg_catalog.pg_get_userbyid(c.relowner)
+        FROM pg_catalog.pg_class c
+       WHERE c.relnamespace = 'queue'::regnamespace
+         AND c.relowner <> 'skiplock_owner'::regrole
+         AND c.relname NOT IN ('skiplock_version', 'skiplock_version_pkc')$$,
+    'every table, view, index and sequence of queue is owned by skiplock_owner (listed: others and their owner)'
+);
+
+SELECT is_empty(
+    $$SELECT t.oid::regtype::text, pg_catalog.pg_get_userbyid(t.typowner)
+        FROM pg_catalog.pg_type t
+       WHERE t.typnamespace = 'queue'::regnamespace
+         AND t.typowner <> 'skiplock_owner'::regrole
+         AND t.typname NOT IN ('skiplock_version', '_skiplock_version')$$,
+    'every type of queue is owned by skiplock_owner (listed: others and their owner)'
+);
+
+-- plpgsql_check over every PL/pgSQL function, with extra and performance warnings. No level is
+-- excluded: there are no findings, and a new one must be fixed (or justified here) before it lands.
+SELECT cmp_ok(
+    (SELECT pg_catalog.count(*)::integer
+       FROM pg_catalog.pg_proc p
+       JOIN pg_catalog.pg_language l ON l.oid = p.prolang
+      WHERE p.pronamespace = 'queue'::regnamespace AND l.lanname = 'plpgsql'),
+    '>=', 10,
+    'plpgsql_check below has the PL/pgSQL functions of queue to check'
+);
+
+SELECT is_empty(
+    $$SELECT p.oid::regprocedure::text, r.level, r.lineno, r.sqlstate, r.message, r.detail, r.hint, r.query
+        FROM pg_catalog.pg_proc p
+        JOIN pg_catalog.pg_language l ON l.oid = p.prolang
+       CROSS JOIN LATERAL plpgsql_check_function_tb(p.oid, fatal_errors => false,
+                                                    extra_warnings => true,
+                                                    performance_warnings => true) r
+       WHERE p.pronamespace = 'queue'::regnamespace AND l.lanname = 'plpgsql'$$,
+    'plpgsql_check finds nothing in any PL/pgSQL function of queue (listed: every finding)'
+);
+
+SELECT * FROM finish();
+ROLLBACK;

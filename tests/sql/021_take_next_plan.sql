@@ -1,0 +1,156 @@
+-- Plan guard: with a realistic backlog, take_next's claim query walks the partial index
+-- live_tasks_claim in order (no Seq Scan, no Sort), and reap_hung's selection reads the partial
+-- index live_tasks_lease_expiry. A change of the indexes or of the queries that loses this shows
+-- here before it shows as a slow queue.
+--
+-- The two queries below are COPIES of the ones in schema/functions/take_next.sql (CTE "picked")
+-- and schema/functions/reap_hung.sql (subquery of "expired"), with the function's arguments as
+-- literals or parameters. They must be kept in step: the first tests check that the functions
+-- still contain them (whitespace aside), so a change there fails here until the copy is updated.
+BEGIN;
+SELECT plan(10);
+
+SELECT ok(
+    pg_catalog.regexp_replace(p.prosrc, '\s+', ' ', 'g') LIKE
+        '%SELECT c.id FROM queue.live_tasks c WHERE c.stage = take_next.stage AND c.status IN (''ready'', ''error'') AND c.run_at <= v_now ORDER BY c.priority, c.run_at, c.id LIMIT take_next.batch FOR UPDATE SKIP LOCKED%',
+    'take_next still contains the claim query copied below'
+)
+  FROM pg_catalog.pg_proc p WHERE p.oid = 'queue.take_next(text,integer,interval,text)'::regprocedure;
+
+SELECT ok(
+    pg_catalog.regexp_replace(p.prosrc, '\s+', ' ', 'g') LIKE
+        '%SELECT l.id, l.stage, l.attempt, l.rerun, l.worker, l.lease_expires FROM queue.live_tasks l WHERE l.status = ''running'' AND l.lease_expires < v_now ORDER BY l.lease_expires LIMIT 10000 FOR UPDATE SKIP LOCKED%',
+    'reap_hung still contains the selection query copied below'
+)
+  FROM pg_catalog.pg_proc p WHERE p.oid = 'queue.reap_hung()'::regprocedure;
+
+-- A backlog: 20,000 tasks over 4 stages with priorities -3..3 and run_at over the last 100 s.
+-- Half of each stage is finished (moved to queue.history); of the live ones, 1 in 10 is running
+-- (leases expiring around now) and 1 in 10 waits for a retry. Rows are picked by g, not by id:
+-- ids depend on what the sequence handed out before.
+INSERT INTO queue.live_tasks (stage, priority, run_at, payload)
+SELECT 'plan.s' || (g % 4), (g % 7) - 3, pg_catalog.now() - (g % 100) * interval '1 second',
+       pg_catalog.jsonb_build_object('g', g)
+  FROM pg_catalog.generate_series(1, 20000) AS g;
+
+WITH gone AS (
+    DELETE FROM queue.live_tasks t
+     WHERE t.stage LIKE 'plan.s%' AND ((t.payload->>'g')::integer / 4) % 2 = 1
+    RETURNING t.*
+)
+INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
+                           error_text, created, started, finished)
+SELECT g.id, g.stage, 'done', g.priority, g.run_at, g.payload, g.key, 1, 'plan-test',
+       NULL, g.created, pg_catalog.now(), pg_catalog.now()
+  FROM gone g;
+
+UPDATE queue.live_tasks t
+   SET status = 'running', attempt = 1, lease = pg_catalog.gen_random_uuid(), started = pg_catalog.now(),
+       lease_expires = pg_catalog.now() + ((t.id % 60) - 30) * interval '1 second'
+ WHERE t.stage LIKE 'plan.s%' AND ((t.payload->>'g')::integer / 4) % 20 = 0;
+UPDATE queue.live_tasks t
+   SET status = 'error', attempt = 1, error_text = 'plan test', run_at = pg_catalog.now() + interval '1 minute'
+ WHERE t.stage LIKE 'plan.s%' AND ((t.payload->>'g')::integer / 4) % 20 = 2;
+
+ANALYZE queue.live_tasks;
+
+SELECT results_eq(
+    $$SELECT t.stage, pg_catalog.count(*)::integer FROM queue.live_tasks t WHERE t.stage LIKE 'plan.s%' GROUP BY t.stage ORDER BY t.stage$$,
+    $$VALUES ('plan.s0'::text, 2500), ('plan.s1', 2500), ('plan.s2', 2500), ('plan.s3', 2500)$$,
+    'setup: 10,000 live tasks (and 10,000 in history), 2,500 in each of 4 stages'
+);
+
+-- EXPLAIN (FORMAT JSON) of a query, and what its plan holds.
+CREATE FUNCTION pg_temp.plan_of(query text) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+    v_plan jsonb;
+BEGIN
+    EXECUTE 'EXPLAIN (FORMAT JSON) ' || query INTO v_plan;
+    RETURN v_plan;
+END
+$$;
+CREATE FUNCTION pg_temp.uses_index(plan jsonb, index_name text) RETURNS boolean LANGUAGE sql AS $$
+    SELECT pg_catalog.jsonb_path_exists(plan, 'strict $.** ? (@."Index Name" == $name)',
+                                        pg_catalog.jsonb_build_object('name', index_name))
+$$;
+CREATE FUNCTION pg_temp.has_node(plan jsonb, node_type text) RETURNS boolean LANGUAGE sql AS $$
+    SELECT pg_catalog.jsonb_path_exists(plan, 'strict $.** ? (@."Node Type" == $type)',
+                                        pg_catalog.jsonb_build_object('type', node_type))
+$$;
+
+PREPARE claim(text, timestamptz, integer) AS
+SELECT c.id
+  FROM queue.live_tasks c
+ WHERE c.stage = $1
+   AND c.status IN ('ready', 'error')
+   AND c.run_at <= $2
+ ORDER BY c.priority, c.run_at, c.id
+ LIMIT $3
+   FOR UPDATE SKIP LOCKED;
+
+PREPARE reap(timestamptz) AS
+SELECT l.id, l.stage, l.attempt, l.rerun, l.worker, l.lease_expires
+  FROM queue.live_tasks l
+ WHERE l.status = 'running' AND l.lease_expires < $1
+ ORDER BY l.lease_expires
+ LIMIT 10000
+   FOR UPDATE SKIP LOCKED;
+
+CREATE TEMP TABLE plans (name text PRIMARY KEY, plan jsonb);
+-- With the values written in (what a custom plan sees).
+INSERT INTO plans VALUES ('claim', pg_temp.plan_of($q$
+SELECT c.id
+  FROM queue.live_tasks c
+ WHERE c.stage = 'plan.s1'
+   AND c.status IN ('ready', 'error')
+   AND c.run_at <= now()
+ ORDER BY c.priority, c.run_at, c.id
+ LIMIT 10
+   FOR UPDATE SKIP LOCKED
+$q$));
+INSERT INTO plans VALUES ('reap', pg_temp.plan_of($q$
+SELECT l.id, l.stage, l.attempt, l.rerun, l.worker, l.lease_expires
+  FROM queue.live_tasks l
+ WHERE l.status = 'running' AND l.lease_expires < now()
+ ORDER BY l.lease_expires
+ LIMIT 10000
+   FOR UPDATE SKIP LOCKED
+$q$));
+-- PL/pgSQL may switch to a generic plan after a few calls: the claim must stay on the index
+-- when stage, now and batch are unknown parameters too.
+SET LOCAL plan_cache_mode = force_generic_plan;
+INSERT INTO plans VALUES ('claim generic', pg_temp.plan_of($q$EXECUTE claim('plan.s1', now(), 10)$q$));
+RESET plan_cache_mode;
+
+SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_claim'), 'the claim query uses index live_tasks_claim')
+  FROM plans p WHERE p.name = 'claim';
+SELECT ok(NOT pg_temp.has_node(p.plan, 'Seq Scan'), 'the claim query has no Seq Scan')
+  FROM plans p WHERE p.name = 'claim';
+SELECT ok(NOT pg_temp.has_node(p.plan, 'Sort'), 'the claim query has no Sort: the index gives the order')
+  FROM plans p WHERE p.name = 'claim';
+SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_claim')
+          AND NOT pg_temp.has_node(p.plan, 'Seq Scan') AND NOT pg_temp.has_node(p.plan, 'Sort'),
+          'the generic plan of the claim query uses live_tasks_claim, without Seq Scan or Sort')
+  FROM plans p WHERE p.name = 'claim generic';
+SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_lease_expiry'), 'reap_hung''s selection uses index live_tasks_lease_expiry')
+  FROM plans p WHERE p.name = 'reap';
+SELECT ok(NOT pg_temp.has_node(p.plan, 'Seq Scan'), 'reap_hung''s selection has no Seq Scan')
+  FROM plans p WHERE p.name = 'reap';
+
+SELECT is(
+    (SELECT pg_catalog.count(*)::integer FROM queue.take_next('plan.s1', batch => 10)), 10,
+    'take_next itself claims 10 tasks from the backlog'
+);
+
+-- On failure, show the plans.
+SELECT diag(p.name || ': ' || pg_catalog.jsonb_pretty(p.plan))
+  FROM plans p
+ WHERE NOT (pg_temp.uses_index(p.plan, CASE WHEN p.name = 'reap' THEN 'live_tasks_lease_expiry' ELSE 'live_tasks_claim' END)
+            AND NOT pg_temp.has_node(p.plan, 'Seq Scan')
+            AND (p.name = 'reap' OR NOT pg_temp.has_node(p.plan, 'Sort')));
+
+DEALLOCATE claim;
+DEALLOCATE reap;
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,6 +1,7 @@
 -- reap_hung(): recover the tasks of workers that died or hang: every running task whose lease
 -- expired becomes 'error' (retried per its stage's backoff, error text 'lease expired …') or,
--- when its attempts are used up, 'fatal' (moved to queue.history). Returns how many it recovered.
+-- when its attempts are used up, 'fatal' (moved to queue.history); one enqueued again with mode
+-- 'rerun' while it ran is ready again from attempt 0. Returns how many it recovered.
 -- Recovers at most 10,000 tasks a call. Uses FOR UPDATE SKIP LOCKED, so many sessions may call it at once; reads only the partial
 -- index of running tasks, so calling it every second is cheap.
 CREATE OR REPLACE FUNCTION queue.reap_hung()
@@ -40,8 +41,12 @@ BEGIN
           FROM gone g
         RETURNING 1
     ), retried AS (
+        -- A task enqueued again with mode 'rerun' while it ran starts over as fail() would
+        -- queue it: ready at the run_at the re-run asked for, from attempt 0, no backoff.
         UPDATE queue.live_tasks t
-           SET status = 'error', rerun = false, run_at = v_now + e.delay,
+           SET status = CASE WHEN t.rerun THEN 'ready' ELSE 'error' END::queue.task_status,
+               rerun = false,
+               run_at = CASE WHEN t.rerun THEN t.run_at ELSE v_now + e.delay END,
                attempt = CASE WHEN t.rerun THEN 0 ELSE t.attempt END,
                lease = NULL, lease_expires = NULL, error_text = e.message, updated = v_now
           FROM expired e

@@ -1,0 +1,95 @@
+-- retry(id): a failed task (error, fatal, cancelled) is ready again now from attempt 0, same id
+-- and payload; running and done tasks, unknown ids and taken keys raise, changing nothing.
+BEGIN;
+SELECT plan(26);
+
+CREATE TEMP TABLE made (name text PRIMARY KEY, id bigint);
+CREATE TEMP TABLE took (name text PRIMARY KEY, id bigint, payload jsonb, attempt integer, lease uuid,
+                        lease_expires timestamptz, priority integer, key text);
+
+INSERT INTO made VALUES ('error', queue.enqueue('{"n": 1}', 'rt.error'));
+INSERT INTO made VALUES ('fatal', queue.enqueue('{"n": 2}', 'rt.fatal', priority => 7, key => 'f-1'));
+INSERT INTO made VALUES ('cancelled', queue.enqueue('{"n": 3}', 'rt.cancelled'));
+INSERT INTO made VALUES ('running', queue.enqueue('{"n": 4}', 'rt.running'));
+INSERT INTO made VALUES ('done', queue.enqueue('{"n": 5}', 'rt.done'));
+INSERT INTO made VALUES ('ready', queue.enqueue('{"n": 6}', 'rt.ready', run_at => now() + interval '1 hour'));
+INSERT INTO took SELECT 'error', k.* FROM queue.take_next('rt.error') k;
+SELECT is(queue.fail(id, lease, 'timeout'), true, 'the error task failed with a retry scheduled') FROM took WHERE name = 'error';
+INSERT INTO took SELECT 'fatal', k.* FROM queue.take_next('rt.fatal', worker => 'w-f') k;
+SELECT is(queue.fail(id, lease, 'bad input', fatal => true), true, 'the fatal task failed for good') FROM took WHERE name = 'fatal';
+INSERT INTO took SELECT 'running', k.* FROM queue.take_next('rt.running') k;
+INSERT INTO took SELECT 'done', k.* FROM queue.take_next('rt.done') k;
+SELECT is(queue.finish(id, lease), true, 'the done task finished') FROM took WHERE name = 'done';
+SELECT lives_ok(format('SELECT queue.cancel(%s)', id), 'the cancelled task was cancelled') FROM made WHERE name = 'cancelled';
+
+-- An error task waiting for its retry.
+SELECT lives_ok(format('SELECT queue.retry(%s)', id), 'retry of an error task succeeds') FROM made WHERE name = 'error';
+SELECT results_eq(
+    'SELECT status::text, run_at, attempt, payload FROM queue.live_tasks WHERE id = (SELECT id FROM made WHERE name = ''error'')',
+    $$VALUES ('ready', now(), 0, '{"n": 1}'::jsonb)$$,
+    'a retried error task is ready now at attempt 0');
+SELECT results_eq('SELECT id, attempt FROM queue.take_next(''rt.error'')', 'SELECT id, 1 FROM made WHERE name = ''error''',
+                  'the retried error task is taken at once, as attempt 1');
+
+-- A fatal task comes back from history.
+SELECT lives_ok(format('SELECT queue.retry(%s)', id), 'retry of a fatal task succeeds') FROM made WHERE name = 'fatal';
+SELECT results_eq(
+    'SELECT stage, status::text, run_at, attempt, priority, payload, key, lease FROM queue.live_tasks
+      WHERE id = (SELECT id FROM made WHERE name = ''fatal'')',
+    $$VALUES ('rt.fatal', 'ready', now(), 0, 7, '{"n": 2}'::jsonb, 'f-1', NULL::uuid)$$,
+    'a retried fatal task is live again: same id, stage, priority, payload and key, ready now at attempt 0');
+SELECT is_empty('SELECT 1 FROM queue.history WHERE id = (SELECT id FROM made WHERE name = ''fatal'')',
+                'the history row of a retried fatal task is gone');
+SELECT results_eq('SELECT id, attempt FROM queue.take_next(''rt.fatal'')', 'SELECT id, 1 FROM made WHERE name = ''fatal''',
+                  'the retried fatal task is taken at once, as attempt 1');
+
+-- A cancelled task likewise.
+SELECT lives_ok(format('SELECT queue.retry(%s)', id), 'retry of a cancelled task succeeds') FROM made WHERE name = 'cancelled';
+SELECT results_eq(
+    'SELECT stage, status::text, run_at, attempt, payload FROM queue.live_tasks WHERE id = (SELECT id FROM made WHERE name = ''cancelled'')',
+    $$VALUES ('rt.cancelled', 'ready', now(), 0, '{"n": 3}'::jsonb)$$,
+    'a retried cancelled task is live again, ready now at attempt 0 with its payload');
+SELECT is_empty('SELECT 1 FROM queue.history WHERE id = (SELECT id FROM made WHERE name = ''cancelled'')',
+                'the history row of a retried cancelled task is gone');
+
+-- A ready task is left as it is.
+SELECT lives_ok(format('SELECT queue.retry(%s)', id), 'retry of a ready task succeeds') FROM made WHERE name = 'ready';
+SELECT results_eq(
+    'SELECT status::text, run_at, attempt FROM queue.live_tasks WHERE id = (SELECT id FROM made WHERE name = ''ready'')',
+    $$VALUES ('ready', now() + interval '1 hour', 0)$$,
+    'retry leaves a ready task and its planned time as they were');
+
+-- Running, done and unknown tasks raise.
+SELECT throws_ok(format('SELECT queue.retry(%s)', id), '55000', format('cannot retry task %s: it is running', id),
+                 'retry of a running task raises 55000')
+  FROM made WHERE name = 'running';
+SELECT results_eq('SELECT status::text, attempt, lease FROM queue.live_tasks WHERE id = (SELECT id FROM made WHERE name = ''running'')',
+                  'SELECT ''running'', 1, lease FROM took WHERE name = ''running''',
+                  'the running task still runs under its lease');
+SELECT throws_ok(format('SELECT queue.retry(%s)', id), '55000', format('cannot retry task %s: it is done', id),
+                 'retry of a done task raises 55000')
+  FROM made WHERE name = 'done';
+SELECT results_eq('SELECT status::text FROM queue.tasks WHERE id = (SELECT id FROM made WHERE name = ''done'')',
+                  $$VALUES ('done')$$,
+                  'the done task is still only done');
+SELECT throws_ok('SELECT queue.retry(-1)', 'P0002', 'task -1 not found', 'retry of an unknown id raises P0002');
+
+-- A fatal task whose key a new live task of its stage has taken.
+INSERT INTO made VALUES ('fk', queue.enqueue('{"n": 7}', 'rt.key', key => 'shared'));
+INSERT INTO took SELECT 'fk', k.* FROM queue.take_next('rt.key') k;
+SELECT is(queue.fail(id, lease, 'bad input', fatal => true), true, 'the keyed task failed for good') FROM took WHERE name = 'fk';
+INSERT INTO made VALUES ('newer', queue.enqueue('{"n": 8}', 'rt.key', key => 'shared'));
+SELECT isnt((SELECT id FROM made WHERE name = 'newer'), (SELECT id FROM made WHERE name = 'fk'),
+            'a new task took the key of the fatal one');
+SELECT throws_ok(format('SELECT queue.retry(%s)', id), 'SK002', format('cannot retry task %s: its key is taken', id),
+                 'retry of a fatal task whose key is taken raises SK002')
+  FROM made WHERE name = 'fk';
+SELECT results_eq('SELECT status::text, error_text FROM queue.history WHERE id = (SELECT id FROM made WHERE name = ''fk'')',
+                  $$VALUES ('fatal', 'bad input')$$,
+                  'after SK002 the fatal task is still in history');
+SELECT results_eq('SELECT id, payload, status::text FROM queue.live_tasks WHERE stage = ''rt.key''',
+                  $$SELECT id, '{"n": 8}'::jsonb, 'ready' FROM made WHERE name = 'newer'$$,
+                  'after SK002 the only live task of the key is the new one, unchanged');
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,16 +1,22 @@
-"""The `skiplock` command: devdb, upgrade, downgrade, demo."""
+"""The `skiplock` command: one entry point, a subcommand per job, `--help` on each.
+
+Parsing is argparse; the commands live in small modules (cmd_*.py) and every queue decision they
+make is a call to a function of schema `queue`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from typing import Any, Callable
 
-from skiplock import devdb, migrate
+from skiplock import devdb
 
 
-def _url(args: argparse.Namespace) -> str:
-    url = args.db or os.environ.get("DATABASE_URL")
+def database_url(args: argparse.Namespace) -> str:
+    """--db, else DATABASE_URL, else the dev cluster started by `skiplock devdb start`."""
+    url = getattr(args, "db", None) or os.environ.get("DATABASE_URL")
     if not url:
         current = devdb.devdb_current()
         if current is None:
@@ -35,13 +41,38 @@ def cmd_devdb(args: argparse.Namespace) -> int:
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
-    migrate.upgrade(_url(args), args.revision)
-    return 0
+    from skiplock import cmd_migrate
+    return cmd_migrate.upgrade(database_url(args), args.revision)
 
 
 def cmd_downgrade(args: argparse.Namespace) -> int:
-    migrate.downgrade(_url(args), args.revision)
-    return 0
+    from skiplock import cmd_migrate
+    return cmd_migrate.downgrade(database_url(args), args.revision)
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    from skiplock import cmd_enqueue as m
+    return m.run(database_url(args), args)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from skiplock import cmd_worker as m
+    return m.run(database_url(args), args)
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from skiplock import cmd_stats as m
+    return m.stats(database_url(args), args)
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    from skiplock import cmd_stats as m
+    return m.top(database_url(args), args)
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    from skiplock import cmd_maintain as m
+    return m.run(database_url(args), args)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -49,25 +80,107 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo.main(tasks=args.tasks, workers=args.workers)
 
 
+def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive: {text}")
+        return value
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
+    # --db is accepted before or after the command; SUPPRESS keeps a later default from
+    # overwriting a value given earlier.
+    db = argparse.ArgumentParser(add_help=False)
+    db.add_argument("--db", default=argparse.SUPPRESS,
+                    help="libpq URL of the database (default: DATABASE_URL, else the dev cluster)")
+
     parser = argparse.ArgumentParser(prog="skiplock", description="A task queue that lives inside PostgreSQL.")
     parser.add_argument("--db", help="libpq URL of the database (default: DATABASE_URL, else the dev cluster)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("devdb", help="a throwaway local cluster: start, stop, url")
+    p = sub.add_parser("devdb", help="a throwaway local cluster: start, stop, url",
+                       description="Start, stop or show a throwaway local PostgreSQL cluster for development.")
     p.add_argument("action", choices=["start", "stop", "url"])
     p.add_argument("--fast", action="store_true", help="fsync off (tests); default keeps real durability")
     p.set_defaults(func=cmd_devdb)
 
-    p = sub.add_parser("upgrade", help="run the migrations (alembic upgrade)")
-    p.add_argument("revision", nargs="?", default="head")
+    p = sub.add_parser("upgrade", parents=[db], help="run the migrations (alembic upgrade), showing each revision",
+                       description="Apply skiplock's migrations to the database, in one transaction.")
+    p.add_argument("revision", nargs="?", default="head", help="target revision (default: head)")
     p.set_defaults(func=cmd_upgrade)
 
-    p = sub.add_parser("downgrade", help="undo migrations (alembic downgrade)")
+    p = sub.add_parser("downgrade", parents=[db], help="undo migrations (alembic downgrade)",
+                       description="Undo skiplock's migrations down to a revision (base drops schema queue's objects).")
     p.add_argument("revision", help="target revision, e.g. -1 or base")
     p.set_defaults(func=cmd_downgrade)
 
-    p = sub.add_parser("demo", help="enqueue tasks and drain them with worker processes, then summarise")
+    p = sub.add_parser("enqueue", parents=[db], help="add tasks: JSON payloads as arguments or JSON lines on stdin",
+                       description="Add tasks to a stage. Payloads (JSON objects or arrays) come from the arguments, "
+                                   "or one per line on stdin when there are none. Stdin is sent in batches "
+                                   "(queue.enqueue_batch), each batch committed on its own.")
+    p.add_argument("payloads", nargs="*", metavar="JSON", help="payloads; none: read JSON lines from stdin")
+    p.add_argument("--stage", "-s", default="default", help="stage to add to (default: default)")
+    p.add_argument("--priority", type=int, default=0, help="lower runs first (default 0)")
+    p.add_argument("--delay", type=float, default=None, metavar="SECONDS", help="run no earlier than this many seconds from now")
+    p.add_argument("--key", help="idempotency key (one payload only; uses queue.enqueue)")
+    p.add_argument("--mode", choices=["ignore", "rerun"], default="ignore",
+                   help="with --key, when a live task has the key: keep it (ignore) or re-run it with the new payload")
+    p.add_argument("--batch", type=_positive(int), default=1000, help="payloads per enqueue_batch call (default 1000)")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--ids", dest="print_ids", action="store_true", default=None,
+                       help="print the new ids, one a line (default for payloads given as arguments)")
+    shown.add_argument("--count", dest="print_ids", action="store_false",
+                       help="print only how many were enqueued (default for stdin)")
+    p.set_defaults(func=cmd_enqueue)
+
+    p = sub.add_parser("worker", parents=[db], help="run a command once per task of a stage",
+                       usage="skiplock worker [options] --stage STAGE -- COMMAND [ARG ...]",
+                       description="Take tasks of a stage and run COMMAND once per task: the payload on its stdin, "
+                                   "SKIPLOCK_TASK_ID, SKIPLOCK_ATTEMPT and SKIPLOCK_STAGE in its environment. "
+                                   "Exit 0 finishes the task; --fatal-exit-code fails it for good; any other exit "
+                                   "fails it (retried per the stage's policy) with the last lines of stderr as the "
+                                   "error. The lease is extended every third of its length while the command runs. "
+                                   "SIGTERM or SIGINT: stop taking, let running commands finish (up to --grace), exit 0.")
+    p.add_argument("--stage", "-s", required=True, help="stage to work on")
+    p.add_argument("--concurrency", "-c", type=_positive(int), default=1, help="commands run at once (default 1), each slot with its own connection")
+    p.add_argument("--lease", type=_positive(float), default=None, metavar="SECONDS",
+                   help="lease per attempt, renewed by heartbeats (default: the stage's lease_duration)")
+    p.add_argument("--fatal-exit-code", type=int, default=None, metavar="N", help="this exit code fails the task for good (no retry)")
+    p.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
+                   help="on SIGTERM, how long running commands may take before they are killed and their tasks "
+                        "failed for an immediate retry (default 30)")
+    p.add_argument("--poll", type=_positive(float), default=5.0, metavar="SECONDS",
+                   help="slow poll when idle, besides LISTEN (default 5)")
+    p.add_argument("--until-empty", action="store_true", help="exit 0 once the stage has no due task left (drain and stop)")
+    p.add_argument("--name", help="worker name recorded on each task (default host:pid)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no line per task on stderr")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command and its arguments, after --")
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("stats", parents=[db], help="a table of tasks per stage and status (queue.stats)",
+                       description="Print queue.stats: tasks per stage and status, due, oldest age, expired leases.")
+    p.add_argument("--stage", "-s", action="append", help="only this stage (repeatable)")
+    p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("top", parents=[db], help="stats refreshing live, with rates",
+                       description="queue.metrics refreshed live: live tasks per stage and status, lag, and finished "
+                                   "tasks per second (over the last minute, and since the previous refresh).")
+    p.add_argument("--stage", "-s", action="append", help="only this stage (repeatable)")
+    p.add_argument("--interval", type=_positive(float), default=1.0, metavar="SECONDS", help="refresh every (default 1)")
+    p.add_argument("--iterations", type=_positive(int), default=None, metavar="N", help="stop after N refreshes (default: until Ctrl-C)")
+    p.set_defaults(func=cmd_top)
+
+    p = sub.add_parser("maintain", parents=[db], help="the maintenance loop: SELECT * FROM queue.maintain() every N seconds",
+                       description="Call queue.maintain() (reaping, partitions, retention) every --every seconds and "
+                                   "print what it did. SIGTERM or SIGINT stops it after the current call.")
+    p.add_argument("--every", type=_positive(float), default=60.0, metavar="SECONDS", help="seconds between calls (default 60)")
+    p.add_argument("--once", action="store_true", help="call it once and exit")
+    p.set_defaults(func=cmd_maintain)
+
+    p = sub.add_parser("demo", help="enqueue tasks and drain them with worker processes, then summarise",
+                       description="The demo: a throwaway cluster (or DATABASE_URL), a two-stage pipeline drained by workers.")
     p.add_argument("--tasks", type=int, default=3000)
     p.add_argument("--workers", type=int, default=4)
     p.set_defaults(func=cmd_demo)

@@ -1,7 +1,7 @@
 -- queue.enqueue: defaults, named arguments, keys (ignore / rerun), stages, errors.
 -- now() is fixed for the transaction, so run_at and created compare exactly with it.
 BEGIN;
-SELECT plan(45);
+SELECT plan(64);
 
 CREATE TEMP TABLE ids (name text PRIMARY KEY, id bigint);
 
@@ -26,6 +26,12 @@ SELECT results_eq(
     'run_at defaults to now() (due at once); created is now()'
 );
 
+SELECT results_eq(
+    $$SELECT t.repeat, t.drift, t.slot, t.group_key FROM queue.live_tasks t WHERE t.id = (SELECT id FROM ids WHERE name = 'plain')$$,
+    $$VALUES (NULL::interval, true, NULL::timestamptz, NULL::text)$$,
+    'a plain task is one-off (no repeat, no slot), drift true by default, without group'
+);
+
 -- Named notation, every field -------------------------------------------------------------------
 INSERT INTO ids VALUES ('named', queue.enqueue(payload => '{}', stage => 'resize', priority => -5,
                                                run_at => now() + interval '1 minute', key => 'doc-42'));
@@ -35,6 +41,22 @@ SELECT results_eq(
         FROM queue.live_tasks t WHERE t.id = (SELECT id FROM ids WHERE name = 'named')$$,
     $$VALUES ('resize'::text, 'ready'::text, -5, now() + interval '1 minute', '{}'::jsonb, 'doc-42'::text, 0)$$,
     'named-argument form stores stage, priority, run_at, payload and key'
+);
+
+-- Periodic and grouped tasks ---------------------------------------------------------------------
+INSERT INTO ids VALUES ('periodic', queue.enqueue('{"job": "report"}', stage => 'cron', run_at => now() + interval '10 minutes',
+                                                  repeat => interval '1 hour', drift => false, group_key => 'tenant-1'));
+SELECT results_eq(
+    $$SELECT t.run_at, t.repeat, t.drift, t.slot, t.group_key, t.status::text
+        FROM queue.live_tasks t WHERE t.id = (SELECT id FROM ids WHERE name = 'periodic')$$,
+    $$VALUES (now() + interval '10 minutes', interval '1 hour', false, now() + interval '10 minutes', 'tenant-1'::text, 'ready'::text)$$,
+    'repeat, drift and group_key are stored; a periodic task''s first slot is its run_at'
+);
+INSERT INTO ids VALUES ('periodic_now', queue.enqueue('{}', stage => 'cron', repeat => interval '1 day'));
+SELECT results_eq(
+    $$SELECT t.run_at, t.slot, t.drift FROM queue.live_tasks t WHERE t.id = (SELECT id FROM ids WHERE name = 'periodic_now')$$,
+    $$VALUES (now(), now(), true)$$,
+    'a periodic task without run_at runs first now, its slot now, with drift by default'
 );
 
 -- Keys, mode 'ignore' (the default) -------------------------------------------------------------
@@ -98,6 +120,37 @@ SELECT results_eq(
     'after finish, a task marked rerun is ready again from attempt 0 with the new payload'
 );
 
+-- Keys, mode 'rerun' on a periodic task: repeat and drift follow the new call, group_key stays --
+INSERT INTO ids VALUES ('sched', queue.enqueue('{"v": 1}', stage => 'cron', key => 'nightly', run_at => now() - interval '1 minute',
+                                               repeat => interval '1 day', group_key => 'g-first'));
+SELECT is(queue.enqueue('{"v": 2}', stage => 'cron', key => 'nightly', run_at => now() + interval '1 hour',
+                        repeat => interval '2 hours', drift => false, group_key => 'g-other'),
+          (SELECT id FROM ids WHERE name = 'sched'),
+          'mode ''ignore'' with another repeat returns the scheduled task''s id');
+SELECT results_eq(
+    $$SELECT t.repeat, t.drift, t.payload, t.group_key FROM queue.live_tasks t WHERE t.id = (SELECT id FROM ids WHERE name = 'sched')$$,
+    $$VALUES (interval '1 day', true, '{"v": 1}'::jsonb, 'g-first'::text)$$,
+    'mode ''ignore'' leaves the schedule as it was'
+);
+SELECT is(queue.enqueue('{"v": 3}', stage => 'cron', key => 'nightly', mode => 'rerun', run_at => now() + interval '1 hour',
+                        repeat => interval '2 hours', drift => false, group_key => 'g-other'),
+          (SELECT id FROM ids WHERE name = 'sched'),
+          'mode ''rerun'' of a periodic task returns its id');
+SELECT results_eq(
+    $$SELECT t.run_at, t.repeat, t.drift, t.slot, t.payload, t.group_key
+        FROM queue.live_tasks t WHERE t.id = (SELECT id FROM ids WHERE name = 'sched')$$,
+    $$VALUES (now() + interval '1 hour', interval '2 hours', false, now() + interval '1 hour', '{"v": 3}'::jsonb, 'g-first'::text)$$,
+    'mode ''rerun'' takes the new run_at (as the new slot), repeat, drift and payload; the group_key stays the first one'
+);
+SELECT is(queue.enqueue('{"v": 4}', stage => 'cron', key => 'nightly', mode => 'rerun'),
+          (SELECT id FROM ids WHERE name = 'sched'),
+          'mode ''rerun'' without repeat returns the same id');
+SELECT results_eq(
+    $$SELECT t.repeat, t.slot, t.run_at FROM queue.live_tasks t WHERE t.id = (SELECT id FROM ids WHERE name = 'sched')$$,
+    $$VALUES (NULL::interval, NULL::timestamptz, now())$$,
+    'mode ''rerun'' without repeat makes the task a one-off, due now'
+);
+
 -- A key is unique among live tasks only: once the task finished, the key may be used again -------
 INSERT INTO ids VALUES ('once', queue.enqueue('{}', stage => 'fin', key => 'once'));
 SELECT ok(queue.finish(k.id, k.lease), 'setup: the keyed task is taken and finished')
@@ -144,6 +197,14 @@ SELECT lives_ok(
 SELECT lives_ok(
     $$SELECT queue.enqueue('[1, 2, 3]', stage => 'limits')$$,
     'a JSON array is a valid payload'
+);
+SELECT lives_ok(
+    $$SELECT queue.enqueue('{}', stage => 'limits', repeat => interval '1 second', group_key => pg_catalog.repeat('g', 200))$$,
+    'repeat => 1 second and a group_key of 200 characters are accepted'
+);
+SELECT lives_ok(
+    $$SELECT queue.enqueue('{}', stage => 'limits', repeat => interval '1 month 1 day 00:00:01')$$,
+    'a repeat with months, days and time (all positive) is accepted'
 );
 
 -- Roles -----------------------------------------------------------------------------------------
@@ -192,6 +253,22 @@ SELECT throws_ok($$SELECT queue.enqueue('{}', key => '')$$,
                  '22023', 'invalid key', 'an empty key raises 22023');
 SELECT throws_ok($$SELECT queue.enqueue('{}', key => pg_catalog.repeat('k', 1001))$$,
                  '22023', 'invalid key', 'a key of 1001 characters raises 22023');
+SELECT throws_ok($$SELECT queue.enqueue('{}', stage => 'cron', repeat => interval '0')$$,
+                 '22023', 'invalid repeat', 'repeat => 0 raises 22023');
+SELECT throws_ok($$SELECT queue.enqueue('{}', stage => 'cron', repeat => interval '-1 hour')$$,
+                 '22023', 'invalid repeat', 'a negative repeat raises 22023');
+SELECT throws_ok($$SELECT queue.enqueue('{}', stage => 'cron', repeat => interval '0.5 seconds')$$,
+                 '22023', 'invalid repeat', 'a repeat under 1 second raises 22023');
+SELECT throws_ok($$SELECT queue.enqueue('{}', stage => 'cron', repeat => interval '1 day -1 hour')$$,
+                 '22023', 'invalid repeat', 'a repeat with a negative part (1 day -1 hour) raises 22023');
+SELECT throws_ok($$SELECT queue.enqueue('{}', stage => 'cron', repeat => interval '1 month -1 day')$$,
+                 '22023', 'invalid repeat', 'a repeat with a negative day part (1 month -1 day) raises 22023');
+SELECT throws_ok($$SELECT queue.enqueue('{}', stage => 'cron', repeat => interval '1 hour', drift => NULL)$$,
+                 '22004', 'drift must not be NULL', 'a NULL drift raises 22004');
+SELECT throws_ok($$SELECT queue.enqueue('{}', stage => 'cron', group_key => '')$$,
+                 '22023', 'invalid group_key', 'an empty group_key raises 22023');
+SELECT throws_ok($$SELECT queue.enqueue('{}', stage => 'cron', group_key => pg_catalog.repeat('g', 201))$$,
+                 '22023', 'invalid group_key', 'a group_key of 201 characters raises 22023');
 SELECT throws_ok($$SELECT queue.enqueue('{"v": 9}', stage => 'resize', key => 'doc-42', mode => 'rerun', priority => NULL)$$,
                  '22004', 'priority must not be NULL', 'a bad argument with mode ''rerun'' raises before touching the keyed task');
 

@@ -1,6 +1,6 @@
 -- queue.enqueue_batch: ids in payload order, shared stage/priority/run_at, all or nothing, errors.
 BEGIN;
-SELECT plan(25);
+SELECT plan(29);
 
 CREATE TEMP TABLE batch AS
 SELECT b.id, b.ord
@@ -26,6 +26,19 @@ SELECT results_eq(
         FROM batch b JOIN queue.live_tasks t ON t.id = b.id$$,
     $$VALUES ('bulk'::text, 7, now() + interval '5 minutes', 'ready'::text, 0, NULL::text, now())$$,
     'every task of the batch has the given stage, priority and run_at, is ready at attempt 0, without key'
+);
+SELECT results_eq(
+    $$SELECT DISTINCT t.group_key, t.repeat FROM batch b JOIN queue.live_tasks t ON t.id = b.id$$,
+    $$VALUES (NULL::text, NULL::interval)$$,
+    'without group_key the tasks of a batch have no group; batches are never periodic'
+);
+
+CREATE TEMP TABLE grouped AS
+SELECT b.id FROM queue.enqueue_batch(ARRAY['{}', '{}', '{}']::jsonb[], stage => 'bulk.g', group_key => 'tenant-7') AS b(id);
+SELECT results_eq(
+    $$SELECT t.group_key, pg_catalog.count(*)::integer FROM grouped b JOIN queue.live_tasks t ON t.id = b.id GROUP BY t.group_key$$,
+    $$VALUES ('tenant-7'::text, 3)$$,
+    'group_key => ''tenant-7'' gives every task of the batch that group'
 );
 
 CREATE TEMP TABLE defaults AS SELECT b.id FROM queue.enqueue_batch(ARRAY['{}', '{}']::jsonb[]) AS b(id);
@@ -86,6 +99,10 @@ SELECT throws_ok($$SELECT queue.enqueue_batch(ARRAY['{}']::jsonb[], stage => '*'
                  '22023', 'invalid stage name', 'stage ''*'' raises 22023');
 SELECT throws_ok($$SELECT queue.enqueue_batch(ARRAY['{}']::jsonb[], stage => pg_catalog.repeat('s', 55))$$,
                  '22023', 'invalid stage name', 'a 55-byte stage raises 22023');
+SELECT throws_ok($$SELECT queue.enqueue_batch(ARRAY['{}']::jsonb[], stage => 'bad', group_key => '')$$,
+                 '22023', 'invalid group_key', 'an empty group_key raises 22023');
+SELECT throws_ok($$SELECT queue.enqueue_batch(ARRAY['{}']::jsonb[], stage => 'bad', group_key => pg_catalog.repeat('g', 201))$$,
+                 '22023', 'invalid group_key', 'a group_key of 201 characters raises 22023');
 
 SELECT results_eq(
     $$SELECT pg_catalog.count(*), pg_catalog.md5(pg_catalog.string_agg(t::text, '|' ORDER BY t.id)) FROM queue.live_tasks t$$,

@@ -2,7 +2,7 @@
 -- wrong or earlier lease changes nothing; next_stage moves the task on (pipeline); a task
 -- re-run while it ran is queued again instead of ending.
 BEGIN;
-SELECT plan(46);
+SELECT plan(49);
 
 -- Tasks enqueued and tasks taken in this file, by a name of our own.
 CREATE TEMP TABLE made (name text PRIMARY KEY, id bigint);
@@ -196,6 +196,16 @@ SELECT results_eq(
     'SELECT status::text FROM queue.history WHERE id = (SELECT id FROM took WHERE name = ''x'')',
     $$VALUES ('cancelled')$$,
     'finish of a cancelled task leaves its cancelled row alone');
+
+-- The group_key goes with the task: into its done row, and on into the next stage.
+INSERT INTO made VALUES ('g', queue.enqueue('{"n": 7}', 'fin.g', group_key => 'tenant-g'));
+SELECT is(queue.finish(k.id, k.lease, next_stage => 'fin.g2'), true, 'a grouped task moves on to the next stage')
+  FROM queue.take_next('fin.g') k;
+SELECT is(queue.finish(k.id, k.lease), true, 'and finishes there') FROM queue.take_next('fin.g2') k;
+SELECT results_eq(
+    'SELECT stage, status::text, group_key FROM queue.history WHERE id = (SELECT id FROM made WHERE name = ''g'') ORDER BY stage',
+    $$VALUES ('fin.g', 'done', 'tenant-g'), ('fin.g2', 'done', 'tenant-g')$$,
+    'both done rows of a grouped task keep its group_key');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,7 +1,7 @@
 -- finish_batch(id[], lease[]): finishes every pair whose lease is current, skips the others,
 -- returns how many attempts it ended; rejects malformed arrays; re-run tasks go back to ready.
 BEGIN;
-SELECT plan(23);
+SELECT plan(25);
 
 CREATE TEMP TABLE made (id bigint PRIMARY KEY);
 CREATE TEMP TABLE took (id bigint PRIMARY KEY, payload jsonb, attempt integer, lease uuid,
@@ -101,6 +101,15 @@ INSERT INTO made VALUES (queue.enqueue('{"n": 6}', 'fb.d'));
 CREATE TEMP TABLE took_d AS SELECT * FROM queue.take_next('fb.d');
 SELECT is(queue.finish_batch(ARRAY[t.id, t.id], ARRAY[t.lease, t.lease]), 1, 'a pair given twice is finished once')
   FROM took_d t;
+
+-- The group_key is copied into the done rows.
+INSERT INTO made SELECT queue.enqueue_batch(ARRAY['{}', '{}']::jsonb[], 'fb.g', group_key => 'tenant-fb');
+SELECT is(queue.finish_batch(array_agg(k.id), array_agg(k.lease)), 2, 'setup: a batch of two grouped tasks finishes')
+  FROM queue.take_next('fb.g', batch => 2) k;
+SELECT results_eq(
+    $$SELECT h.status::text, h.group_key, count(*)::integer FROM queue.history h WHERE h.stage = 'fb.g' GROUP BY 1, 2$$,
+    $$VALUES ('done', 'tenant-fb', 2)$$,
+    'finish_batch writes the tasks'' group_key into their done rows');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -2,7 +2,7 @@
 -- retry_in or the stage's backoff, fatal when asked or out of attempts; a stale lease changes
 -- nothing; error texts are bounded; a task re-run while it ran is queued again.
 BEGIN;
-SELECT plan(57);
+SELECT plan(59);
 
 CREATE TEMP TABLE made (name text PRIMARY KEY, id bigint);
 CREATE TEMP TABLE took (name text PRIMARY KEY, id bigint, payload jsonb, attempt integer, lease uuid,
@@ -206,6 +206,13 @@ SELECT results_eq(
     'SELECT status::text, attempt, payload, run_at, lease, rerun FROM queue.live_tasks WHERE id = (SELECT id FROM made WHERE name = ''r'')',
     $$VALUES ('ready', 0, '{"v": 2}'::jsonb, now(), NULL::uuid, false)$$,
     'the re-run task is ready now at attempt 0 with the new payload');
+
+-- A fatal task keeps its group_key in history.
+INSERT INTO made VALUES ('g', queue.enqueue('{}', 'fl.g', group_key => 'tenant-fl'));
+SELECT is(queue.fail(k.id, k.lease, 'bad', fatal => true), true, 'setup: a grouped task fails for good') FROM queue.take_next('fl.g') k;
+SELECT results_eq('SELECT status::text, group_key FROM queue.history WHERE id = (SELECT id FROM made WHERE name = ''g'')',
+                  $$VALUES ('fatal', 'tenant-fl')$$,
+                  'the fatal row keeps the task''s group_key');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,7 +1,7 @@
 -- reap_hung(): running tasks whose lease expired go back to error (retry per backoff) or, out of
 -- attempts, to fatal; tasks with a live lease are left alone; the old lease is dead afterwards.
 BEGIN;
-SELECT plan(21);
+SELECT plan(23);
 
 CREATE TEMP TABLE made (name text PRIMARY KEY, id bigint);
 CREATE TEMP TABLE took (name text PRIMARY KEY, id bigint, payload jsonb, attempt integer, lease uuid,
@@ -81,6 +81,16 @@ SELECT ok((SELECT status = 'error' AND error_text LIKE 'lease expired%' FROM que
 SELECT is(queue.reap_hung(), 0, 'a second reap_hung finds nothing more');
 SELECT is(queue.finish(id, lease), true, 'the task whose lease never expired still finishes')
   FROM took WHERE name = 'n';
+
+-- A reaped task that becomes fatal keeps its group_key.
+INSERT INTO made VALUES ('g', queue.enqueue('{}', 'rh.last', group_key => 'tenant-rh'));
+INSERT INTO took SELECT 'g', k.* FROM queue.take_next('rh.last') k;
+UPDATE queue.live_tasks SET lease_expires = now() - interval '1 second' WHERE id = (SELECT id FROM made WHERE name = 'g');  -- as superuser
+SELECT is(queue.reap_hung(), 1, 'setup: the grouped task on its last attempt is reaped');
+SELECT results_eq(
+    $$SELECT h.status::text, h.group_key FROM queue.history h WHERE h.id = (SELECT id FROM made WHERE name = 'g')$$,
+    $$VALUES ('fatal', 'tenant-rh')$$,
+    'reap_hung writes a fatal row with the task''s group_key');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -69,9 +69,9 @@ SELECT throws_ok(format('SELECT queue.cancel(%s)', id), '55000', format('cannot 
 SELECT is((SELECT count(*)::integer FROM queue.history WHERE id = (SELECT id FROM made WHERE name = 'running')), 1,
           'cancelling twice writes no second history row');
 
--- NULL id: no task has it, so it is an unknown id, and nothing changes.
+-- NULL id: a caller's mistake, not an unknown task; raises like finish and fail do, changes nothing.
 CREATE TEMP TABLE live_before AS SELECT id, status FROM queue.live_tasks;
-SELECT throws_ok('SELECT queue.cancel(NULL)', 'P0002', 'task <NULL> not found', 'cancel of a NULL id raises P0002');
+SELECT throws_ok('SELECT queue.cancel(NULL)', '22004', 'id must not be NULL', 'cancel of a NULL id raises 22004');
 SELECT results_eq('SELECT id, status FROM queue.live_tasks ORDER BY id', 'SELECT id, status FROM live_before ORDER BY id',
                   'cancel of a NULL id changed no live task');
 

@@ -1,7 +1,7 @@
 -- retry(id): a failed task (error, fatal, cancelled) is ready again now from attempt 0, same id
 -- and payload; running and done tasks, unknown ids and taken keys raise, changing nothing.
 BEGIN;
-SELECT plan(26);
+SELECT plan(28);
 
 CREATE TEMP TABLE made (name text PRIMARY KEY, id bigint);
 CREATE TEMP TABLE took (name text PRIMARY KEY, id bigint, payload jsonb, attempt integer, lease uuid,
@@ -73,6 +73,11 @@ SELECT results_eq('SELECT status::text FROM queue.tasks WHERE id = (SELECT id FR
                   $$VALUES ('done')$$,
                   'the done task is still only done');
 SELECT throws_ok('SELECT queue.retry(-1)', 'P0002', 'task -1 not found', 'retry of an unknown id raises P0002');
+CREATE TEMP TABLE live_before AS SELECT id, status, run_at, attempt FROM queue.live_tasks;
+SELECT throws_ok('SELECT queue.retry(NULL)', '22004', 'id must not be NULL', 'retry of a NULL id raises 22004');
+SELECT results_eq('SELECT id, status, run_at, attempt FROM queue.live_tasks ORDER BY id',
+                  'SELECT id, status, run_at, attempt FROM live_before ORDER BY id',
+                  'retry of a NULL id changed no live task');
 
 -- A fatal task whose key a new live task of its stage has taken.
 INSERT INTO made VALUES ('fk', queue.enqueue('{"n": 7}', 'rt.key', key => 'shared'));

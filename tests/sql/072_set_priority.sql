@@ -1,7 +1,7 @@
 -- set_priority(id, priority): changes the priority of a waiting task, and take_next follows it;
 -- unknown ids, finished tasks and a NULL priority raise, changing nothing.
 BEGIN;
-SELECT plan(14);
+SELECT plan(15);
 
 CREATE TEMP TABLE made (name text PRIMARY KEY, id bigint);
 CREATE TEMP TABLE took (name text PRIMARY KEY, id bigint, payload jsonb, attempt integer, lease uuid,
@@ -50,6 +50,8 @@ SELECT throws_ok(format('SELECT queue.set_priority(%s, 0)', id), '55000',
 SELECT throws_ok(format('SELECT queue.set_priority(%s, NULL)', id), '22004', 'priority must not be NULL',
                  'set_priority with a NULL priority raises 22004')
   FROM made WHERE name = 'y';
+SELECT throws_ok('SELECT queue.set_priority(NULL, 0)', '22004', 'id must not be NULL',
+                 'set_priority of a NULL id raises 22004');
 SELECT results_eq('SELECT priority FROM queue.tasks WHERE id IN (SELECT id FROM made WHERE name IN (''x'', ''y'')) ORDER BY id',
                   'VALUES (0), (3)', 'after the raising calls both priorities are unchanged');
 

@@ -1,7 +1,7 @@
 -- queue.configure_stage: a row per stage, NULL keeps a value, '*' holds the defaults of stages
 -- without a row, invalid values and names raise, and only skiplock_admin may call it.
 BEGIN;
-SELECT plan(37);
+SELECT plan(49);
 
 -- The defaults row as built; compared against below.
 CREATE TEMP TABLE defaults_before AS SELECT s.* FROM queue.stage_settings s WHERE s.stage = '*';
@@ -15,9 +15,11 @@ CREATE TEMP TABLE returned AS SELECT * FROM queue.configure_stage('cs.new', leas
 SELECT is((SELECT pg_catalog.count(*)::integer FROM queue.stage_settings s WHERE s.stage = 'cs.new'), 1,
           'configure_stage creates a settings row for a stage that had none');
 SELECT results_eq(
-    $$SELECT s.lease_duration, s.max_attempts, s.backoff, s.backoff_base, s.backoff_cap, s.backoff_jitter, s.notify, s.updated
+    $$SELECT s.lease_duration, s.max_attempts, s.backoff, s.backoff_base, s.backoff_cap, s.backoff_jitter, s.notify, s.updated,
+             s.max_running, s.group_limit
         FROM queue.stage_settings s WHERE s.stage = 'cs.new'$$,
-    $$SELECT interval '2 minutes', d.max_attempts, d.backoff, d.backoff_base, d.backoff_cap, d.backoff_jitter, d.notify, now()
+    $$SELECT interval '2 minutes', d.max_attempts, d.backoff, d.backoff_base, d.backoff_cap, d.backoff_jitter, d.notify, now(),
+             d.max_running, d.group_limit
         FROM defaults_before d$$,
     'a new stage gets the values given; arguments left NULL take the value of the ''*'' row; updated is now()'
 );
@@ -39,14 +41,45 @@ SELECT results_eq(
 SELECT is((SELECT pg_catalog.count(*)::integer FROM queue.stage_settings s WHERE s.stage = 'cs.new'), 1,
           'configuring a stage again updates its row, adds none');
 
+SELECT results_eq(
+    $$SELECT d.max_running, d.group_limit FROM defaults_before d$$,
+    $$VALUES (NULL::integer, NULL::integer)$$,
+    'as built, the defaults row caps nothing: max_running and group_limit are NULL'
+);
+
+-- Concurrency limits: set, keep, remove with 0 -------------------------------------------------------------
+SELECT results_eq(
+    $$SELECT s.max_running, s.group_limit FROM queue.configure_stage('cs.lim', max_running => 3, group_limit => 1) s$$,
+    $$VALUES (3, 1)$$,
+    'max_running and group_limit are stored and returned'
+);
+SELECT results_eq(
+    $$SELECT s.max_running, s.group_limit, s.max_attempts FROM queue.configure_stage('cs.lim', max_attempts => 4) s$$,
+    $$VALUES (3, 1, 4)$$,
+    'a call without them keeps both limits'
+);
+SELECT results_eq(
+    $$SELECT s.max_running, s.group_limit FROM queue.configure_stage('cs.lim', max_running => 0) s$$,
+    $$VALUES (NULL::integer, 1)$$,
+    'max_running => 0 removes the stage cap (stored as NULL) and keeps group_limit'
+);
+SELECT results_eq(
+    $$SELECT s.max_running, s.group_limit FROM queue.configure_stage('cs.lim', group_limit => 0, max_running => 2) s$$,
+    $$VALUES (2, NULL::integer)$$,
+    'group_limit => 0 removes the group cap; max_running can be set in the same call'
+);
+SELECT lives_ok($$SELECT queue.configure_stage('cs.lim', max_running => 1, group_limit => 1)$$,
+                'the smallest caps, max_running 1 and group_limit 1, are accepted');
+
 -- Every value at once, positional -----------------------------------------------------------------------------
 SELECT lives_ok($$SELECT queue.configure_stage('cs.full', interval '1 minute', 2, 'linear', interval '5 seconds',
-                                               interval '10 minutes', 0.5, false)$$,
+                                               interval '10 minutes', 0.5, false, 7, 2)$$,
                 'configure_stage accepts every setting in one call');
 SELECT results_eq(
-    $$SELECT s.lease_duration, s.max_attempts, s.backoff, s.backoff_base, s.backoff_cap, s.backoff_jitter, s.notify
+    $$SELECT s.lease_duration, s.max_attempts, s.backoff, s.backoff_base, s.backoff_cap, s.backoff_jitter, s.notify,
+             s.max_running, s.group_limit
         FROM queue.stage_settings s WHERE s.stage = 'cs.full'$$,
-    $$VALUES (interval '1 minute', 2, 'linear'::text, interval '5 seconds', interval '10 minutes', 0.5::real, false)$$,
+    $$VALUES (interval '1 minute', 2, 'linear'::text, interval '5 seconds', interval '10 minutes', 0.5::real, false, 7, 2)$$,
     'every setting given is stored'
 );
 SELECT lives_ok($$SELECT queue.configure_stage('cs.edge', max_attempts => 1, backoff_base => interval '0',
@@ -62,6 +95,13 @@ SELECT results_eq(
     $$SELECT interval '3 minutes', 9, d.backoff FROM defaults_before d$$,
     'configure_stage(''*'') changes the defaults row and keeps what was not given'
 );
+SELECT is((queue.configure_stage('*', max_running => 5)).max_running, 5, 'the defaults row may carry a max_running');
+SELECT results_eq(
+    $$SELECT (queue._settings('cs.none')).max_running, (queue._settings('cs.lim')).max_running$$,
+    $$VALUES (5, 1)$$,
+    'a stage without a row is capped by the default max_running; a stage with its own row keeps its own'
+);
+SELECT is((queue.configure_stage('*', max_running => 0)).max_running, NULL, 'max_running => 0 removes the default cap again');
 SELECT results_eq(
     $$SELECT (queue._settings('cs.none')).lease_duration, (queue._settings('cs.none')).max_attempts$$,
     $$VALUES (interval '3 minutes', 9)$$,
@@ -133,6 +173,12 @@ SELECT throws_ok($$SELECT queue.configure_stage('*', max_attempts => 0)$$,
                  '22023', 'invalid stage setting', 'an invalid default raises 22023');
 SELECT throws_ok($$SELECT queue.configure_stage('cs.fresh', backoff => 'random')$$,
                  '22023', 'invalid stage setting', 'an invalid value for a new stage raises 22023');
+SELECT throws_ok($$SELECT queue.configure_stage('cs.new', max_running => -1)$$,
+                 '22023', 'invalid max_running', 'a negative max_running raises 22023');
+SELECT throws_ok($$SELECT queue.configure_stage('cs.new', group_limit => -1)$$,
+                 '22023', 'invalid group_limit', 'a negative group_limit raises 22023');
+SELECT throws_ok($$SELECT queue.configure_stage('*', max_running => -5)$$,
+                 '22023', 'invalid max_running', 'a negative default max_running raises 22023');
 SELECT throws_ok($$SELECT queue.configure_stage('', max_attempts => 2)$$,
                  '22023', 'invalid stage name', 'an empty stage name raises 22023');
 SELECT throws_ok($$SELECT queue.configure_stage(pg_catalog.repeat('s', 55), max_attempts => 2)$$,

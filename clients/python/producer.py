@@ -1,0 +1,33 @@
+#!/usr/bin/env python3
+"""Enqueue tasks with plain psycopg 3: one JSON payload per line of stdin, or per argument.
+
+    DATABASE_URL=postgresql://... python producer.py '{"n": 1}' '{"n": 2}'
+    seq 1000 | jq -c '{n: .}' | DATABASE_URL=... STAGE=resize python producer.py
+
+All payloads go in one call to queue.enqueue_batch (one transaction, one NOTIFY), and the new
+ids are printed, one a line. Use queue.enqueue(payload, stage, key => ...) for keyed tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+
+def main(argv: list[str]) -> int:
+    lines = argv or [line for line in sys.stdin if line.strip()]
+    payloads = [Jsonb(json.loads(line)) for line in lines]
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        rows = conn.execute("SELECT queue.enqueue_batch(payloads => %s::jsonb[], stage => %s)",
+                            (payloads, os.environ.get("STAGE", "default"))).fetchall()
+    for (task_id,) in rows:
+        print(task_id)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

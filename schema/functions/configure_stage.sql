@@ -2,7 +2,8 @@
 -- (for a stage without a row: the value of the defaults row '*'). stage => '*' changes the
 -- defaults of every stage without a row. Returns the stage's settings row.
 --   max_running  at most this many tasks of the stage run at once (0 removes the cap);
---   group_limit  at most this many tasks of one group_key run at once (0 removes the cap).
+--   group_limit  at most this many tasks of one group_key run at once (0 removes the cap);
+--   paused       true: take_next hands out nothing of the stage until it is set false again.
 -- A new limit applies to the takes that start after this call commits; tasks already running
 -- are not stopped (a lowered cap holds again once enough of them end).
 CREATE OR REPLACE FUNCTION queue.configure_stage(
@@ -15,7 +16,8 @@ CREATE OR REPLACE FUNCTION queue.configure_stage(
         backoff_jitter real     DEFAULT NULL,
         notify         boolean  DEFAULT NULL,
         max_running    integer  DEFAULT NULL,
-        group_limit    integer  DEFAULT NULL)
+        group_limit    integer  DEFAULT NULL,
+        paused         boolean  DEFAULT NULL)
     RETURNS queue.stage_settings
     LANGUAGE plpgsql
     VOLATILE
@@ -54,6 +56,7 @@ BEGIN
                                  ELSE NULLIF(configure_stage.max_running, 0) END;
     v_row.group_limit    := CASE WHEN configure_stage.group_limit IS NULL THEN v_row.group_limit
                                  ELSE NULLIF(configure_stage.group_limit, 0) END;
+    v_row.paused         := coalesce(configure_stage.paused, v_row.paused);
     v_row.updated        := pg_catalog.now();
     BEGIN
         INSERT INTO queue.stage_settings AS s
@@ -63,7 +66,8 @@ BEGIN
                backoff = excluded.backoff, backoff_base = excluded.backoff_base,
                backoff_cap = excluded.backoff_cap, backoff_jitter = excluded.backoff_jitter,
                notify = excluded.notify, updated = excluded.updated,
-               max_running = excluded.max_running, group_limit = excluded.group_limit
+               max_running = excluded.max_running, group_limit = excluded.group_limit,
+               paused = excluded.paused
         RETURNING s.* INTO v_row;
     EXCEPTION WHEN check_violation THEN
         RAISE EXCEPTION 'invalid stage setting'
@@ -74,6 +78,6 @@ BEGIN
     RETURN v_row;
 END
 $$;
-COMMENT ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer) IS 'Sets a stage''s policy (NULL keeps a value; ''*'' sets the defaults): lease, retries, wake-ups, max_running and group_limit (0 removes a cap). Raises 22023 for an invalid value. Writes queue.stage_settings.';
-REVOKE ALL ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer) TO skiplock_admin;
+COMMENT ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean) IS 'Sets a stage''s policy (NULL keeps a value; ''*'' sets the defaults): lease, retries, wake-ups, max_running and group_limit (0 removes a cap), paused. Raises 22023 for an invalid value. Writes queue.stage_settings.';
+REVOKE ALL ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean) TO skiplock_admin;

@@ -117,6 +117,7 @@ CHECKS: dict[str, tuple[list[str], str | None]] = {
     "AS retried\n": (["2"], "SELECT bool_and(status = 'ready' AND attempt = 0) AND count(*) = 2 FROM queue.tasks "
                              "WHERE id IN ({fatal1}, {fatal2})"),
     "AS retried_now": (["1"], "SELECT status = 'ready' AND run_at <= now() FROM queue.tasks WHERE id = {error}"),
+    "paused => true": (["rb.main|t"], "SELECT NOT EXISTS (SELECT FROM queue.take_next('rb.main'))"),
     "GROUP BY worker": (["busy-worker|1|", "dead-worker|1|"], None),
     "status IN ('ready', 'running', 'error')\n ORDER BY status": (["ready|3|2|", "running|2|0|"], None),
     "AS drained": (["f"], None),

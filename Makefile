@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl postgresql-15-plpgsql-check
 
-.PHONY: demo test bench revision check-schema system-packages venv clean
+.PHONY: demo test bench revision check-schema system-packages venv venv-bench clean
 
 ## demo: a throwaway cluster (or DATABASE_URL), migrations, workers draining a pipeline, a summary
 demo: venv
@@ -15,7 +15,7 @@ test: system-packages venv
 	$(PY) -m skiplock.testrun
 
 ## bench: pgbench workloads against the machine's own ceiling; writes bench/RESULTS.md
-bench: venv
+bench: venv-bench
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 ## revision: freeze what changed in schema/ into a new migration: make revision m="what changed"
@@ -26,10 +26,12 @@ check-schema: venv
 	$(PY) -m skiplock.revision --check
 
 # Debian packages the tests need, installed only when missing (root, or sudo when not root).
+# Node.js (for the Node client's tests) counts as present when node and npm are on PATH, whoever installed them.
 system-packages:
 	@missing=""; for p in $(APT_PACKAGES); do \
 	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
+	command -v node >/dev/null && command -v npm >/dev/null || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 	    echo "installing:$$missing"; \
 	    SUDO=""; [ "$$(id -u)" -eq 0 ] || SUDO="sudo"; \
@@ -42,6 +44,13 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	touch $@
+
+# The benchmark also needs matplotlib (the chart): the `bench` extra, on top of the test venv.
+venv-bench: $(VENV)/.installed-bench
+
+$(VENV)/.installed-bench: $(VENV)/.installed
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
 	touch $@
 
 clean:

@@ -1,7 +1,17 @@
 -- The monitoring views: queue.stats, queue.tasks, queue.errors, queue.hourly, and what role
 -- skiplock_monitor may read.
 BEGIN;
-SELECT plan(18);
+SELECT plan(19);
+
+CREATE FUNCTION pg_temp.plan_lines(query text) RETURNS SETOF text LANGUAGE plpgsql AS $$
+DECLARE
+    v_line text;
+BEGIN
+    FOR v_line IN EXECUTE 'EXPLAIN (COSTS OFF) ' || query LOOP
+        RETURN NEXT v_line;
+    END LOOP;
+END
+$$;
 
 CREATE TEMP TABLE made (name text PRIMARY KEY, id bigint);
 CREATE TEMP TABLE took (name text PRIMARY KEY, id bigint, payload jsonb, attempt integer, lease uuid,
@@ -98,6 +108,12 @@ SELECT results_eq(
               interval '270 seconds', interval '90 seconds'),
              (date_trunc('hour', now()) - interval '1 hour', 1, 1, 0, 0, interval '10 seconds', interval '10 seconds')$$,
     'queue.hourly counts finished runs by status and sums and averages their run time per stage and hour');
+
+-- queue.hourly reads only the partitions of its last 7 days: an old partition is pruned.
+SELECT count(*) FROM queue.rotate_partitions(now() - interval '20 days');
+SELECT ok(NOT EXISTS (SELECT 1 FROM pg_temp.plan_lines($$SELECT * FROM queue.hourly$$) l
+                       WHERE l ~ pg_catalog.format('on history_%s', pg_catalog.to_char(now() AT TIME ZONE 'UTC' - interval '20 days', 'YYYYMMDD'))),
+          'queue.hourly skips history partitions older than 7 days (partition pruning)');
 
 -- What skiplock_monitor may read.
 SET LOCAL ROLE skiplock_monitor;

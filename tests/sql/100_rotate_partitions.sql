@@ -166,7 +166,7 @@ SELECT is(pg_temp.tables_read($$SELECT count(*) FROM queue.history h WHERE h.sta
                                  AND h.finished >= '2030-09-03 00:00+00' AND h.finished < '2030-09-03 06:00+00'$$),
           ARRAY['history_default'],
           'a range no dated partition covers reads only the default partition');
--- (queue.hourly does not prune on a filter of its hour column: see the report; not asserted here.)
+-- (queue.hourly covers the last 7 days and prunes older partitions: tests/sql/090_views.sql.)
 
 -- The default partition is emptied only whole, by TRUNCATE, once every row is past the retention ---------
 SELECT results_eq(

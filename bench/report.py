@@ -1,0 +1,282 @@
+"""The results as Markdown (stdout and bench/RESULTS.md), the targets of the issue, raw JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+CLIENTS = (1, 4, 16)
+ORDER = [("ceiling-insert", "ceiling", "ceiling: single-row INSERT (tx/s)"),
+         ("ceiling-select1", "ceiling", "ceiling: SELECT 1 (tx/s)"),
+         ("W1", "skiplock", "W1 enqueue, 1 per transaction"),
+         ("W1", "seed", "W1 seed baseline: the article's insert"),
+         ("W1b", "skiplock", "W1b enqueue_batch, 1,000 per call"),
+         ("W2", "skiplock", "W2 take_next + finish"),
+         ("W2", "seed", "W2 seed baseline: the article's take + finish"),
+         ("W2b", "skiplock", "W2b take 100 + finish_batch 100")]
+
+
+def point(p: dict, workload: str, design: str, clients: int) -> dict | None:
+    return next((x for x in p["points"] if x["workload"] == workload and x["design"] == design
+                 and x["clients"] == clients), None)
+
+
+def insert_ceiling(p: dict, clients: int) -> float | None:
+    c = point(p, "ceiling-insert", "ceiling", clients)
+    return c["jobs_per_s"] if c else None
+
+
+def ratio(p: dict, jobs: float, clients: int) -> float | None:
+    ceiling = insert_ceiling(p, clients)
+    return jobs / ceiling if ceiling else None
+
+
+def _mb(n: float) -> str:
+    return f"{n / 2**20:,.1f} MB"
+
+
+def _x(r: float | None) -> str:
+    return "–" if r is None else f"{r:.2f}×"
+
+
+# -- targets -------------------------------------------------------------------------------------
+
+def targets(results: dict) -> list[tuple[str, str, bool | None]]:
+    """(target, what was measured, met) for every target of the issue, from the default pass."""
+    p = results["passes"][0]
+    rows: list[tuple[str, str, bool | None]] = []
+
+    def add(name: str, value: float | None, limit: float, detail: str, at_most: bool = False) -> None:
+        if value is None:
+            rows.append((name, "not measured in this run", None))
+        else:
+            rows.append((name, detail, value <= limit if at_most else value >= limit))
+
+    w1 = point(p, "W1", "skiplock", 16)
+    add("W1 ≥ 0.85 × INSERT ceiling (16 clients)", w1 and ratio(p, w1["jobs_per_s"], 16), 0.85,
+        w1 and f"{w1['jobs_per_s']:,.0f} jobs/s = {_x(ratio(p, w1['jobs_per_s'], 16))}")
+    w2 = point(p, "W2", "skiplock", 16)
+    add("W2 ≥ 0.40 × INSERT ceiling (16 clients)", w2 and ratio(p, w2["jobs_per_s"], 16), 0.40,
+        w2 and f"{w2['jobs_per_s']:,.0f} jobs/s = {_x(ratio(p, w2['jobs_per_s'], 16))}")
+    seed = point(p, "W2", "seed", 16)
+    rel = w2["jobs_per_s"] / seed["jobs_per_s"] if w2 and seed and seed["jobs_per_s"] else None
+    add("W2 ≥ 2 × seed baseline (16 clients)", rel, 2.0,
+        rel is not None and f"{w2['jobs_per_s']:,.0f} vs {seed['jobs_per_s']:,.0f} jobs/s = {rel:.2f}×")
+    w2b = [x for x in p["points"] if x["workload"] == "W2b"]
+    if w2b:
+        best = max(w2b, key=lambda x: x["jobs_per_s"])
+        r = ratio(p, best["jobs_per_s"], best["clients"])
+        add("W2b ≥ 4 × INSERT ceiling at its best client count", r, 4.0,
+            f"{best['jobs_per_s']:,.0f} jobs/s at {best['clients']} client{'s' if best['clients'] != 1 else ''} = {_x(r)}"
+            + (" (backlog ran out: lower bound)" if best["drained"] else ""))
+    else:
+        add("W2b ≥ 4 × INSERT ceiling at its best client count", None, 4.0, "")
+    w3 = p.get("summaries", {}).get("W3 skiplock")
+    if w3:
+        add("W3 throughput during the hold ≥ 0.8 × before", w3["hold_ratio"], 0.8,
+            f"{w3['rate_hold']:,.0f} vs {w3['rate_before']:,.0f} jobs/s = {w3['hold_ratio']:.2f}×")
+        rec = w3["recovery_s"]
+        rows.append(("W3 back to ≥ 0.95 × before within 30 s of the hold's end",
+                     "never within the run" if rec is None else f"after {rec:.0f} s",
+                     rec is not None and rec <= 30.5))
+        add("W3 hot table + indexes after the hold ≤ 2 × before", w3["size_ratio_after"], 2.0,
+            f"{_mb(w3['sizes']['after']['total_bytes'])} vs {_mb(w3['sizes']['before']['total_bytes'])}"
+            f" = {w3['size_ratio_after']:.2f}×", at_most=True)
+    else:
+        for name in ("W3 throughput during the hold ≥ 0.8 × before", "W3 back to ≥ 0.95 × before within 30 s",
+                     "W3 hot table + indexes after the hold ≤ 2 × before"):
+            add(name, None, 0, "")
+    w4 = p.get("summaries", {}).get("W4 skiplock")
+    if w4:
+        unit = "minute" if w4["bucket_s"] == 60 else f"{w4['bucket_s']:.0f} s"
+        add(f"W4 last {unit}'s throughput ≥ 0.95 × the first's", w4["rate_ratio"], 0.95,
+            f"{w4['rate_last']:,.0f} vs {w4['rate_first']:,.0f} jobs/s = {w4['rate_ratio']:.2f}×")
+        add("W4 hot table bounded: grows ≤ 25 % over the soak's second half", w4["size_growth_second_half"], 1.25,
+            f"{_mb(w4['size_middle'])} at half time, {_mb(w4['size_end'])} at the end "
+            f"({w4['size_growth_second_half']:.2f}×); at most {_mb(w4['size_max'])}", at_most=True)
+    else:
+        add("W4 last minute's throughput ≥ 0.95 × the first's", None, 0, "")
+        add("W4 hot table bounded", None, 0, "")
+    return rows
+
+
+# -- markdown ------------------------------------------------------------------------------------
+
+def points_table(p: dict) -> list[str]:
+    lines = ["| workload | 1 client | 4 clients | 16 clients |", "|---|--:|--:|--:|"]
+    for workload, design, label in ORDER:
+        cells = []
+        for c in CLIENTS:
+            x = point(p, workload, design, c)
+            if x is None:
+                cells.append("")
+            elif design == "ceiling":
+                cells.append(f"{x['jobs_per_s']:,.0f}")
+            else:
+                mark = "*" if x.get("drained") else ""
+                cells.append(f"{x['jobs_per_s']:,.0f}{mark} ({_x(ratio(p, x['jobs_per_s'], c))})")
+        if any(cells):
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def w3_tables(p: dict, detail: bool = True) -> list[str]:
+    tls = {d: p["timelines"].get(f"W3 {d}") for d in ("skiplock", "seed")}
+    sums = {d: p["summaries"].get(f"W3 {d}") for d in ("skiplock", "seed")}
+    present = [d for d in ("skiplock", "seed") if tls[d]]
+    if not present:
+        return []
+    ins16 = insert_ceiling(p, 16)
+    first = tls[present[0]]
+    lines = [f"Hold from {first['hold_start']:.0f} s to {first['hold_end']:.0f} s; "
+             f"16 workers; the producer keeps {first['backlog']:,} tasks waiting.", ""]
+    lines += ["| | " + " | ".join(present) + " |", "|---|" + "--:|" * len(present)]
+
+    def row(label: str, fmt) -> None:
+        lines.append(f"| {label} | " + " | ".join(fmt(sums[d]) for d in present) + " |")
+
+    row("jobs/s before the hold", lambda s: f"{s['rate_before']:,.0f} ({_x(s['rate_before'] / ins16 if ins16 else None)})")
+    row("jobs/s during the hold (mean)", lambda s: f"{s['rate_hold']:,.0f} ({s['hold_ratio']:.2f}× before)")
+    row("jobs/s during the hold (lowest 10 s)", lambda s: f"{s['rate_hold_min']:,.0f}")
+    row("jobs/s after the hold (mean)", lambda s: f"{s['rate_after']:,.0f}")
+    row("back to ≥ 0.95 × before", lambda s: "never" if s["recovery_s"] is None else f"after {s['recovery_s']:.0f} s")
+    for moment in ("before", "end of hold", "after"):
+        row(f"hot table + indexes, {moment}",
+            lambda s, m=moment: f"{_mb(s['sizes'][m]['table_bytes'])} + {_mb(s['sizes'][m]['index_bytes'])}")
+        row(f"dead tuples, {moment}", lambda s, m=moment: f"{s['sizes'][m]['dead_tuples']:,}")
+    row("size after / before", lambda s: f"{s['size_ratio_after']:.2f}×")
+    if not detail:
+        return lines
+    lines += ["", "Throughput every sample (jobs/s; hot table + indexes):", ""]
+    lines += ["| t (s) | phase | " + " | ".join(present) + " |", "|--:|---|" + "--:|" * len(present)]
+    by_t = [tls[d]["samples"] for d in present]
+    for i, s in enumerate(by_t[0][1:], start=1):
+        cells = []
+        for samples in by_t:
+            if i < len(samples):
+                x = samples[i]
+                cells.append(f"{x['rate']:,.0f}; {_mb(x['table_bytes'] + x['index_bytes'])}")
+            else:
+                cells.append("")
+        lines.append(f"| {s['t']:.0f} | {s['phase']} | " + " | ".join(cells) + " |")
+    lines += ["", "The claim query (EXPLAIN ANALYZE, BUFFERS of one take; the statement inside take_next):", ""]
+    lines += ["| moment | " + " | ".join(present) + " |", "|---|" + "--:|" * len(present)]
+    moments = [pl["moment"] for pl in tls[present[0]]["plans"]]
+    for m in moments:
+        cells = []
+        for d in present:
+            pl = next((x for x in tls[d]["plans"] if x["moment"] == m), None)
+            cells.append("" if pl is None or pl["duration_ms"] is None else
+                         f"{pl['duration_ms']:.2f} ms, {pl['shared_hit'] + pl['shared_read']:,} buffers")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    for d in present:
+        pl = next((x for x in tls[d]["plans"] if x["moment"] == "end of hold"), None)
+        if pl:
+            lines += ["", f"<details><summary>{d}: the claim's plan at the end of the hold</summary>", "",
+                      "```", pl["text"].strip(), "```", "", "</details>"]
+    return lines
+
+
+def w4_tables(p: dict) -> list[str]:
+    tl = p["timelines"].get("W4 skiplock")
+    s = p["summaries"].get("W4 skiplock")
+    if not tl or not s:
+        return []
+    m = tl["maintenance"] or {}
+    lines = [f"16 workers, the producer keeps {tl['backlog']:,} tasks waiting, `{m.get('function')}` every "
+             f"{m.get('every_s')} s ({m.get('calls')} calls, {m.get('mean_ms')} ms on average, at most "
+             f"{m.get('longest_ms')} ms; {m.get('error_count')} errors).", ""]
+    if m.get("function") != "queue.maintain()":
+        lines += ["`queue.maintain()` does not exist yet: the maintenance loop called `queue.reap_hung()` "
+                  "in its place, so history partitions do not rotate in this run.", ""]
+    elif m.get("policy"):
+        lines += [f"History policy for the soak (rotate_every shortened to a minute so that rotation runs "
+                  f"under load): {m['policy']}.", ""]
+    if m.get("actions"):
+        lines += ["Rotations maintain() ran (besides reaping):", ""] + [f"- {a}" for a in m["actions"][:30]] + [""]
+    for e in m.get("errors") or []:
+        lines += [f"- maintenance error: `{e}`"]
+    unit = "minute" if s["bucket_s"] == 60 else f"{s['bucket_s']:.0f} s"
+    lines += [f"| until (s) | jobs/s in that {unit} | hot table + indexes | dead tuples | history partitions |",
+              "|--:|--:|--:|--:|--:|"]
+    for b in s["buckets"]:
+        lines.append(f"| {b['until_s']} | {b['rate']:,.0f} | {_mb(b['total_bytes'])} | {b['dead_tuples']:,} | {b['partitions']} |")
+    lines += ["", f"History partitions seen: {', '.join(s['partitions_seen']) or 'none'}."]
+    return lines
+
+
+def markdown(results: dict, chart: str | None) -> str:
+    m = results["machine"]
+    out = ["# skiplock benchmark results", ""]
+    if results["quick"] or results["only"]:
+        out += ["> **Development run** (" + ", ".join(
+            x for x in ("--quick: short durations" if results["quick"] else "",
+                        f"--only {','.join(results['only'])}" if results["only"] else "") if x)
+                + "): not representative.", ""]
+    out += [f"Run {results['started']} – {results['finished']} ({results['elapsed_min']:.1f} min), with:", "",
+            "```sh", results["command"], "```", "",
+            "## Machine and settings", "",
+            f"- {m['nproc']} CPUs ({m['cpu']}), {m['memory_gib']:.1f} GiB memory, {m['os']}",
+            f"- {m['postgres']}; {m['pgbench']}",
+            f"- skiplock built from {'schema/ (--from-schema)' if results['from_schema'] else 'its Alembic migrations (head)'}",
+            f"- load average (1, 5, 15 min) when the run began: {m['loadavg']}; when it ended: {m.get('loadavg_end', '?')}"]
+    out.append(f"- CPU used by other work just before the run: {m['cpu_busy_before']:.0%}")
+    if m["cpu_busy_before"] > 0.25:
+        out += ["", "> **The machine was busy** before the run began: other work shared the CPUs, so absolute "
+                "numbers are low and noisy; even ratios measured in the same pass move with it."]
+    out += [""]
+    for p in results["passes"]:
+        out.append(f"- pass **{p['name']}**: " + ", ".join(f"{k}={v}" for k, v in p["settings"].items()))
+    out += ["", "## Method", "",
+            "Every pass starts a throwaway cluster (PostgreSQL's default durability: fsync on, "
+            "synchronous_commit on; the second pass only turns synchronous_commit off). pgbench runs custom "
+            f"scripts (bench/scripts/) with `-M prepared` over the unix socket, {results['config']['point_seconds']:g} s "
+            "per point, from emptied tables. The ceiling is measured in the same pass at the same client "
+            "counts; every ratio is to the single-row INSERT ceiling at the same client count. The seed "
+            "baseline is the seed 001 queue exactly as the article writes it (bench/seed_baseline.sql), in "
+            "its own database; its rows hold only an id, no payload. W2 and W2b start from a preloaded, vacuumed "
+            "backlog and count the tasks the database shows finished (history rows; status 2 for the seed). "
+            "W3 and W4: 16 pgbench workers run the take-and-finish script as fast as they can, and a "
+            "producer thread enqueues (in batches) as many tasks as they finished, so the backlog stays "
+            "constant and throughput is the workers' capacity; samples read `pg_stat_user_tables` "
+            "(finished tasks, dead tuples), `pg_table_size` and `pg_indexes_size`.", ""]
+    out += ["## Targets (default durability, 16 clients unless said)", "",
+            "| target | measured | met |", "|---|---|:-:|"]
+    for name, measured, met in targets(results):
+        out.append(f"| {name} | {measured} | {'–' if met is None else ('yes' if met else '**no**')} |")
+    for p in results["passes"]:
+        out += ["", f"## Jobs/s, pass: {p['name']}", "",
+                "Each cell: jobs/s (ratio to the single-row INSERT ceiling at the same client count). "
+                "`*`: the preloaded backlog ran out, a lower bound.", ""]
+        out += points_table(p)
+        for step, message in p.get("errors", {}).items():
+            out += ["", f"**{step} failed** in this pass, so its numbers are missing:", "", "```", message, "```"]
+        if p["timelines"].get("W3 skiplock") or p["timelines"].get("W3 seed"):
+            out += ["", "## W3: MVCC pressure (an idle REPEATABLE READ transaction)", ""] + w3_tables(p)
+        if p["timelines"].get("W4 skiplock"):
+            out += ["", "## W4: soak", ""] + w4_tables(p)
+    if chart:
+        out += ["", "## W3 and W4 over time", "", f"![W3 and W4 over time]({chart})"]
+    out += ["", f"Raw results: `{results['json']}` (bench/out/ is not committed).", ""]
+    return "\n".join(out)
+
+
+def summary_for_stdout(results: dict) -> str:
+    lines = ["", "skiplock benchmark" + (" (development run)" if results["quick"] or results["only"] else ""), ""]
+    for p in results["passes"]:
+        lines += [f"pass: {p['name']}", ""] + points_table(p) + [""]
+        for step, message in p.get("errors", {}).items():
+            lines += [f"{step} FAILED: {message.splitlines()[0] if message else ''}", ""]
+        if p["summaries"].get("W3 skiplock") or p["summaries"].get("W3 seed"):
+            lines += ["W3"] + w3_tables(p, detail=False) + [""]
+        if p["summaries"].get("W4 skiplock"):
+            lines += ["W4"] + w4_tables(p) + [""]
+    lines += ["targets:", ""]
+    for name, measured, met in targets(results):
+        lines.append(f"  [{'----' if met is None else ('met ' if met else 'MISS')}] {name}: {measured}")
+    return "\n".join(lines)
+
+
+def write_json(results: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1, default=str))

@@ -1,0 +1,2 @@
+-- Ceiling: a round trip that does nothing.
+SELECT 1;

@@ -67,7 +67,7 @@ class Config:
         n = len(self.clients)
         per_pass = 2 * n * self.point_seconds + 15  # ceilings, cluster, migrations
         if "W1" in only:
-            per_pass += 2 * n * self.point_seconds
+            per_pass += 3 * n * self.point_seconds
         if "W1b" in only:
             per_pass += n * self.point_seconds
         if "W2" in only:
@@ -155,6 +155,8 @@ def run_pass(name: str, settings: dict[str, str], cfg: Config, only: set[str], t
         for design in (SKIPLOCK, SEED):
             for c in cfg.clients:
                 result["points"].append(points.enqueue(cluster, design, c, seconds).as_dict())
+        for c in cfg.clients:
+            result["points"].append(points.enqueue(cluster, SKIPLOCK, c, seconds, notify=False).as_dict())
 
     def w1b() -> None:
         for c in cfg.clients:

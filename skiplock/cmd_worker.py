@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 
 import psycopg
+import psycopg.sql
 from rich.console import Console
 
 from skiplock.worker import channel
@@ -92,7 +93,7 @@ class Slot(threading.Thread):
         while True:
             try:
                 conn = psycopg.connect(self.shared.url, autocommit=True)
-                conn.execute(f'LISTEN "{channel(self.shared.args.stage)}"')
+                conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel(self.shared.args.stage))))
                 return conn
             except psycopg.OperationalError as e:
                 if self.shared.stopping.is_set():

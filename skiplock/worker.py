@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import psycopg
+import psycopg.sql
 
 
 @dataclass
@@ -78,7 +79,7 @@ class Worker:
             try:
                 conn = psycopg.connect(self.url, autocommit=True)
                 for stage in self.handlers:
-                    conn.execute(f'LISTEN "{channel(stage)}"')
+                    conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel(stage))))
                 return conn
             except psycopg.OperationalError:
                 if self._stop:

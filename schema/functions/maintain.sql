@@ -3,11 +3,12 @@
 -- transaction. `now` is the time rotation works with (tests inject it); reaping always uses the
 -- transaction's now().
 --   reap_hung          recovers tasks whose lease expired (queue.reap_hung()).
+--   fire_schedules     enqueues one task per due tick of each cron schedule (queue.fire_schedules(now)).
 --   rotate_partitions  runs queue.rotate_partitions(now) when history_policy.last_rotated is older
 --                      than rotate_every (or NULL, or in the future); one session rotates, the
 --                      others see it is due, fail pg_try_advisory_xact_lock and go on at once.
 -- Returns a row per task: how many things it did, and what. Cheap when nothing is due: reaping
--- reads only the partial index of running tasks, the rotation check reads one row, and nothing
+-- reads only the partial index of running tasks, firing reads the index on schedules.next_fire, the rotation check reads one row, and nothing
 -- is written. Finishing never depends on it: without rotation, finished tasks go to the default
 -- partition of queue.history (see rotate_partitions).
 CREATE OR REPLACE FUNCTION queue.maintain(now timestamptz DEFAULT pg_catalog.now())
@@ -22,6 +23,7 @@ DECLARE
     v_key     CONSTANT bigint := pg_catalog.hashtextextended('skiplock.rotate_partitions', 0);
     v_policy  queue.history_policy;
     v_reaped  integer;
+    v_fired   integer;
     v_done    text;
 BEGIN
     IF maintain.now IS NULL THEN
@@ -36,7 +38,12 @@ BEGIN
                    ELSE pg_catalog.format('%s tasks with an expired lease recovered', v_reaped) END;
     RETURN NEXT;
 
-    -- Firing due schedules goes here (queue schedules, written separately).
+    v_fired := queue.fire_schedules(maintain.now);
+    task := 'fire_schedules';
+    count := v_fired;
+    detail := CASE WHEN v_fired = 0 THEN 'no schedule due'
+                   ELSE pg_catalog.format('%s scheduled tasks enqueued', v_fired) END;
+    RETURN NEXT;
 
     task := 'rotate_partitions';
     SELECT p.* INTO STRICT v_policy FROM queue.history_policy p;
@@ -70,6 +77,6 @@ BEGIN
     RETURN NEXT;
 END
 $$;
-COMMENT ON FUNCTION queue.maintain(timestamptz) IS 'Housekeeping in one call: reaps hung tasks, rotates history partitions when rotate_every has passed. A row per task (task, count, detail). Safe and cheap every second from many sessions; writes nothing when nothing is due.';
+COMMENT ON FUNCTION queue.maintain(timestamptz) IS 'Housekeeping in one call: reaps hung tasks, fires due cron schedules, rotates history partitions when rotate_every has passed. A row per task (task, count, detail). Safe and cheap every second from many sessions; writes nothing when nothing is due.';
 REVOKE ALL ON FUNCTION queue.maintain(timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.maintain(timestamptz) TO skiplock_admin;

@@ -26,7 +26,9 @@ from urllib.parse import quote, urlencode
 import psycopg
 import pytest
 
-from skiplock.sqlfiles import ROOT, build_from_schema
+from skiplock import migrate
+
+from skiplock.sqlfiles import ROOT
 from skiplock.testrun import create_database, drop_database
 from skiplock.worker import Task, Worker
 
@@ -36,14 +38,10 @@ NODE_DIR = CLIENTS / "node"
 
 @pytest.fixture(scope="module")
 def url(admin_url: str) -> Iterator[str]:
-    """A database built from schema/ (the migrations lag behind it during this change).
-
-    TODO(lead): switch to the migrated `db` fixture once the migration is regenerated.
-    """
+    """A database built by the migrations, for this module."""
     db = create_database(admin_url, "test_clients")
     try:
-        with psycopg.connect(db) as c:
-            build_from_schema(c)
+        migrate.upgrade(db)  # alembic upgrade head: what we ship
         yield db
     finally:
         drop_database(admin_url, db)

@@ -20,18 +20,16 @@ from typing import Iterator
 import psycopg
 import pytest
 
-from skiplock import devdb, sqlfiles, testrun
+from skiplock import devdb, migrate, testrun
 
 BIG_BATCH = 50_000
 
 
 @pytest.fixture(scope="module")
 def fault_db(admin_url: str) -> Iterator[str]:
-    # Built from schema/ while the migrations lag; the lead will switch this to the `db` fixture.
     url = testrun.create_database(admin_url, "enqueue_faults")
     try:
-        with psycopg.connect(url) as conn:
-            sqlfiles.build_from_schema(conn)
+        migrate.upgrade(url)  # alembic upgrade head: what we ship
         yield url
     finally:
         testrun.drop_database(admin_url, url)
@@ -175,8 +173,7 @@ def test_disk_full_during_enqueue_batch_leaves_nothing(full_disk_cluster: tuple[
     cluster, mnt = full_disk_cluster
     url = cluster.createdb("diskfull")
     stage = "fault.disk"
-    with psycopg.connect(url) as conn:
-        sqlfiles.build_from_schema(conn)
+    migrate.upgrade(url)  # alembic upgrade head: what we ship
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"CREATE TABLESPACE tiny LOCATION '{mnt}'")
         conn.execute("ALTER TABLE queue.live_tasks SET TABLESPACE tiny")

@@ -28,7 +28,7 @@ from typing import Any, Iterator
 import psycopg
 import pytest
 
-from skiplock import sqlfiles, testrun
+from skiplock import migrate, testrun
 
 ROOT = Path(__file__).resolve().parents[2]
 ERRORS_MD = ROOT / "docs" / "errors.md"
@@ -120,22 +120,8 @@ NO_ARGUMENTS = {"reap_hung"}
 # SQLSTATEs a function raises that docs/errors.md does not list for it: (function, sqlstate) ->
 # why. A gap here is a documentation (or function) bug reported to the owner; when it is fixed,
 # the entry must go (the test fails on an entry that no longer happens).
-KNOWN_GAPS: dict[tuple[str, str], str] = {
-    # An interval so large that now() + it overflows timestamptz ('178000000 years'): PostgreSQL's
-    # 22008 escapes; the function changes nothing, but errors.md does not list 22008.
-    ("take_next", "22008"): "lease_for = '178000000 years' overflows lease_expires",
-    ("heartbeat", "22008"): "lease_for = '178000000 years' overflows lease_expires",
-    ("fail", "22008"): "retry_in = '178000000 years' overflows run_at",
-    ("maintain", "22008"): "now = year 294276 overflows a partition bound",
-    ("rotate_partitions", "22008"): "now = year 294276 overflows a partition bound",
-    # The scheduling and maintenance functions are newer than errors.md's 22004/54000 rows.
-    ("schedule", "22004"): "NULL name, cron, stage, payload, priority or timezone",
-    ("schedule", "54000"): "a payload over 1 MiB",
-    ("unschedule", "22004"): "NULL name",
-    ("fire_schedules", "22004"): "NULL now",
-    ("maintain", "22004"): "NULL now",
-    ("rotate_partitions", "22004"): "NULL now",
-}
+# Raised but not (yet) in docs/errors.md: (function, SQLSTATE) -> how. Empty: errors.md lists them all.
+KNOWN_GAPS: dict[tuple[str, str], str] = {}
 
 
 # -- docs/errors.md ------------------------------------------------------------------------------
@@ -159,11 +145,9 @@ def documented_sqlstates(functions: dict[str, list[tuple[str, str]]]) -> dict[st
 # -- the database --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def hostile_db(admin_url: str) -> Iterator[str]:
-    # Built from schema/ while the migrations lag; the lead will switch this to the `db` fixture.
     url = testrun.create_database(admin_url, "hostile_input")
     try:
-        with psycopg.connect(url) as conn:
-            sqlfiles.build_from_schema(conn)
+        migrate.upgrade(url)  # alembic upgrade head: what we ship
         yield url
     finally:
         testrun.drop_database(admin_url, url)

@@ -23,7 +23,7 @@ import psycopg
 import pytest
 
 import workload
-from skiplock import sqlfiles
+from skiplock import migrate
 from skiplock.testrun import create_database, drop_database
 
 MAX_STAGE, GROUP_STAGE = "lim.max", "lim.grp"
@@ -47,16 +47,10 @@ SELECT (SELECT count(*) FROM queue.live_tasks t WHERE t.stage = %(max)s AND t.st
 
 @pytest.fixture(scope="module")
 def limits_db(admin_url: str) -> Iterator[str]:
-    """A database built straight from schema/.
-
-    The migrations lag behind schema/ while limits are being added; the lead will switch this
-    module to the migrated `db` fixture once the revision is generated.
-    """
+    """A database built by the migrations, for this module."""
     url = create_database(admin_url, "limits")
     try:
-        with psycopg.connect(url) as conn:
-            sqlfiles.build_from_schema(conn)
-            conn.commit()
+        migrate.upgrade(url)  # alembic upgrade head: what we ship
         yield url
     finally:
         drop_database(admin_url, url)

@@ -26,11 +26,12 @@ from typing import Any, Iterator
 
 import psycopg
 import pytest
+
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from skiplock import sqlfiles, testrun
+from skiplock import migrate, testrun
 
 A, B = "m.a", "m.b"          # finish(next_stage) only moves a task from A to B
 MAX_ATTEMPTS = {A: 2, B: 1}   # B: every failure is the last one; A: one retry
@@ -49,11 +50,9 @@ PROFILE = os.environ.get("SKIPLOCK_HYPOTHESIS_PROFILE", "skiplock-ci")
 
 @pytest.fixture(scope="module")
 def model_db(admin_url: str) -> Iterator[str]:
-    # Built from schema/ while the migrations lag; the lead will switch this to the `db` fixture.
     url = testrun.create_database(admin_url, "model_based")
     try:
-        with psycopg.connect(url) as conn:
-            sqlfiles.build_from_schema(conn)
+        migrate.upgrade(url)  # alembic upgrade head: what we ship
         with psycopg.connect(url, autocommit=True) as conn:
             # Setup, not under test: written directly (as superuser) rather than through
             # configure_stage, so this module tests the worker API only.

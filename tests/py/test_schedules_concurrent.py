@@ -17,7 +17,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 import pytest
 
-from skiplock import sqlfiles, testrun
+from skiplock import migrate, testrun
 
 SESSIONS = 8
 STAGE = "sc.fire"
@@ -40,15 +40,12 @@ KINDS = [
 PER_KIND = 16       # 160 schedules
 
 
-# The lead will switch this to the migrated `db` fixture once the migrations ship queue.schedules.
 @pytest.fixture
 def sched_db(admin_url: str) -> Iterator[str]:
-    """A fresh database built from schema/ (the migrations do not have the schedules yet)."""
+    """A fresh database built by the migrations, one per test."""
     url = testrun.create_database(admin_url, "sched")
     try:
-        with psycopg.connect(url) as conn:
-            sqlfiles.build_from_schema(conn)
-            conn.commit()
+        migrate.upgrade(url)  # alembic upgrade head: what we ship
         yield url
     finally:
         testrun.drop_database(admin_url, url)

@@ -28,7 +28,7 @@ import psycopg
 import pytest
 
 import workload
-from skiplock import devdb, sqlfiles
+from skiplock import devdb, migrate
 
 PRODUCERS, WORKERS = 2, 3
 BATCHES, BATCH_SIZE = 60, 25          # per producer: 1,500 tasks each, 3,000 a round
@@ -47,11 +47,8 @@ def crash_cluster() -> Iterator[devdb.Cluster]:
 
 @pytest.fixture(scope="module")
 def crash_db(crash_cluster: devdb.Cluster) -> str:
-    # Built from schema/ while the migrations lag; the lead will switch this to the migrated
-    # database once alembic/versions/ is regenerated.
     url = crash_cluster.createdb("crash")
-    with psycopg.connect(url) as conn:
-        sqlfiles.build_from_schema(conn)
+    migrate.upgrade(url)  # alembic upgrade head: what we ship
     return url
 
 

@@ -13,17 +13,23 @@ SELECT set_eq(
        WHERE p.pronamespace = 'queue'::regnamespace AND p.proname !~ '^_'$$,
     ARRAY[
         'queue.cancel(bigint)',
-        'queue.configure_stage(text,interval,integer,text,interval,interval,real,boolean)',
-        'queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text)',
-        'queue.enqueue_batch(jsonb[],text,integer,timestamp with time zone)',
+        'queue.configure_history(interval,integer,interval,text,interval)',
+        'queue.configure_stage(text,interval,integer,text,interval,interval,real,boolean,integer,integer,boolean)',
+        'queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text,interval,boolean,text)',
+        'queue.enqueue_batch(jsonb[],text,integer,timestamp with time zone,text)',
         'queue.fail(bigint,uuid,text,boolean,interval)',
         'queue.finish(bigint,uuid,text)',
         'queue.finish_batch(bigint[],uuid[])',
+        'queue.fire_schedules(timestamp with time zone)',
         'queue.heartbeat(bigint,uuid,interval)',
+        'queue.maintain(timestamp with time zone)',
         'queue.reap_hung()',
         'queue.retry(bigint)',
+        'queue.rotate_partitions(timestamp with time zone)',
+        'queue.schedule(text,text,text,jsonb,integer,text)',
         'queue.set_priority(bigint,integer)',
-        'queue.take_next(text,integer,interval,text)'
+        'queue.take_next(text,integer,interval,text)',
+        'queue.unschedule(text)'
     ],
     'the public functions of schema queue are exactly the documented API, with these signatures'
 );
@@ -135,8 +141,8 @@ SELECT set_eq(
         FROM pg_catalog.pg_proc p
        WHERE p.pronamespace = 'queue'::regnamespace AND p.proname !~ '^_'
          AND pg_catalog.has_function_privilege('skiplock_producer', p.oid, 'EXECUTE')$$,
-    ARRAY['queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text)',
-          'queue.enqueue_batch(jsonb[],text,integer,timestamp with time zone)'],
+    ARRAY['queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text,interval,boolean,text)',
+          'queue.enqueue_batch(jsonb[],text,integer,timestamp with time zone,text)'],
     'skiplock_producer may execute enqueue and enqueue_batch and nothing else'
 );
 
@@ -167,8 +173,8 @@ SELECT set_eq(
        WHERE c.relnamespace = 'queue'::regnamespace
          AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
          AND pg_catalog.has_table_privilege('skiplock_monitor', c.oid, 'SELECT')$$,
-    ARRAY['queue.tasks', 'queue.stats', 'queue.errors', 'queue.hourly'],
-    'skiplock_monitor may read exactly the views queue.tasks, queue.stats, queue.errors and queue.hourly'
+    ARRAY['queue.tasks', 'queue.stats', 'queue.errors', 'queue.hourly', 'queue.metrics', 'queue.schedules'],
+    'skiplock_monitor may read exactly the views queue.tasks, queue.stats, queue.errors, queue.hourly, queue.metrics and the table queue.schedules'
 );
 
 SELECT set_eq(
@@ -190,8 +196,11 @@ SELECT is_empty(
        WHERE c.relnamespace = 'queue'::regnamespace
          AND c.relkind IN ('r', 'p')
          AND r.rolname IN ('skiplock_producer', 'skiplock_worker', 'skiplock_monitor', 'skiplock_admin')
-         AND pg_catalog.has_table_privilege(r.oid, c.oid, v.priv)$$,
-    'no application role may read or write a table of queue directly (listed: role, table, privilege)'
+         AND pg_catalog.has_table_privilege(r.oid, c.oid, v.priv)
+         -- The one exception: monitors and admins read the schedules table (it holds no task data).
+         AND NOT (c.oid = 'queue.schedules'::regclass AND v.priv = 'SELECT'
+                  AND r.rolname IN ('skiplock_monitor', 'skiplock_admin'))$$,
+    'no application role may write a table of queue, nor read one but queue.schedules (listed: role, table, privilege)'
 );
 
 -- The privilege check in action: a worker reading the hot table is refused.

@@ -1,8 +1,8 @@
--- queue.maintain: reaps hung tasks, rotates history partitions when rotate_every has passed (and
+-- queue.maintain: reaps hung tasks, fires due schedules, rotates history partitions when rotate_every has passed (and
 -- not again before), writes nothing when nothing is due, returns a row per task.
 -- Many sessions at once (one rotates, the others go on) is in tests/py/test_rotation_under_load.py.
 BEGIN;
-SELECT plan(22);
+SELECT plan(24);
 
 -- A known start: no dated partition, never rotated.
 DO $$
@@ -18,8 +18,8 @@ $$;
 
 -- Due (never rotated): reaps and rotates ------------------------------------------------------------------------
 CREATE TEMP TABLE m1 AS SELECT * FROM queue.maintain('2030-06-15 12:00+00');
-SELECT results_eq($$SELECT task FROM m1$$, $$VALUES ('reap_hung'), ('rotate_partitions')$$,
-                  'maintain returns a row per task: reap_hung, then rotate_partitions');
+SELECT results_eq($$SELECT task FROM m1$$, $$VALUES ('reap_hung'), ('fire_schedules'), ('rotate_partitions')$$,
+                  'maintain returns a row per task: reap_hung, fire_schedules, then rotate_partitions');
 SELECT results_eq($$SELECT count, detail FROM m1 WHERE task = 'reap_hung'$$, $$VALUES (0, 'no expired lease')$$,
                   'with no expired lease, reap_hung reports 0');
 SELECT is((SELECT count FROM m1 WHERE task = 'rotate_partitions'), 8,
@@ -33,7 +33,7 @@ SELECT is((SELECT last_rotated FROM queue.history_policy), '2030-06-15 12:00+00'
 -- Not due: no rotation, no write at all ---------------------------------------------------------------------------
 CREATE TEMP TABLE policy_row AS SELECT ctid AS row_at FROM queue.history_policy;
 CREATE TEMP TABLE m2 AS SELECT * FROM queue.maintain('2030-06-15 12:09:59+00');
-SELECT results_eq($$SELECT task, count FROM m2$$, $$VALUES ('reap_hung', 0), ('rotate_partitions', 0)$$,
+SELECT results_eq($$SELECT task, count FROM m2$$, $$VALUES ('reap_hung', 0), ('fire_schedules', 0), ('rotate_partitions', 0)$$,
                   'within rotate_every of the last rotation, nothing is done');
 SELECT ok((SELECT detail LIKE 'not due: last rotated at %, next after %' FROM m2 WHERE task = 'rotate_partitions'),
           'and the row says when the next rotation is due');
@@ -66,6 +66,16 @@ SELECT results_eq($$SELECT count, detail FROM queue.maintain('2030-06-10 00:10+0
                   'maintain reaps a task whose lease expired and counts it');
 SELECT is((SELECT status::text FROM queue.live_tasks WHERE id = (SELECT id FROM hung)), 'error',
           'the reaped task waits for its retry');
+
+-- Schedules: a due tick is fired once, through maintain --------------------------------------------------------------
+SELECT queue.schedule('mt.every5', '*/5 * * * *', stage => 'mt.cron');
+UPDATE queue.schedules SET next_fire = '2030-06-20 10:05+00' WHERE name = 'mt.every5';
+SELECT results_eq($$SELECT count, detail FROM queue.maintain('2030-06-20 10:06+00') WHERE task = 'fire_schedules'$$,
+                  $$VALUES (1, '1 scheduled tasks enqueued')$$,
+                  'maintain fires a due schedule and counts the task it enqueued');
+SELECT results_eq($$SELECT count FROM queue.maintain('2030-06-20 10:07+00') WHERE task = 'fire_schedules'$$,
+                  $$VALUES (0)$$,
+                  'the same tick is not fired again');
 
 -- Errors and roles ------------------------------------------------------------------------------------------------------
 SELECT throws_ok($$SELECT * FROM queue.maintain(NULL)$$, '22004', 'now must not be NULL', 'maintain(NULL) raises 22004');

@@ -3,6 +3,8 @@
 -- (stage_settings: backoff, backoff_base, backoff_cap, backoff_jitter). With fatal => true, or
 -- when this was the stage's max_attempts-th attempt, it is 'fatal': moved to queue.history, never
 -- retried. A task enqueued again with mode 'rerun' while it ran is queued again from attempt 0.
+-- A periodic task that becomes fatal is recorded as fatal in queue.history and re-armed for its
+-- next slot (as finish() re-arms it), so one bad run does not end its schedule; cancel() does.
 -- The error text is kept to 2,000 characters (see _bounded_error).
 -- Returns true when this call ended the attempt; false, changing nothing, when lease is not current.
 CREATE OR REPLACE FUNCTION queue.fail(
@@ -21,6 +23,7 @@ DECLARE
     v_now      timestamptz := pg_catalog.now();
     v_task     queue.live_tasks;
     v_settings queue.stage_settings;
+    v_next     timestamptz;
     v_error    text := queue._bounded_error(coalesce(fail.error, 'failed (no error text given)'));
 BEGIN
     IF fail.id IS NULL OR fail.lease IS NULL THEN
@@ -52,11 +55,21 @@ BEGIN
 
     v_settings := queue._settings(v_task.stage);
     IF fail.fatal OR v_task.attempt >= v_settings.max_attempts THEN
-        DELETE FROM queue.live_tasks t WHERE t.id = v_task.id;
+        IF v_task.repeat IS NULL THEN
+            DELETE FROM queue.live_tasks t WHERE t.id = v_task.id;
+        ELSE
+            v_next := queue._next_slot(v_task.slot, v_task.repeat, v_task.drift, v_now);
+            UPDATE queue.live_tasks t
+               SET status = 'ready', attempt = 0, run_at = v_next, slot = v_next,
+                   lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
+                   error_text = NULL, updated = v_now
+             WHERE t.id = v_task.id;
+        END IF;
         INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                                   error_text, created, started, finished)
+                                   error_text, created, started, finished, group_key)
         VALUES (v_task.id, v_task.stage, 'fatal', v_task.priority, v_task.run_at, v_task.payload,
-                v_task.key, v_task.attempt, v_task.worker, v_error, v_task.created, v_task.started, v_now);
+                v_task.key, v_task.attempt, v_task.worker, v_error, v_task.created, v_task.started, v_now,
+                v_task.group_key);
     ELSE
         UPDATE queue.live_tasks t
            SET status = 'error',
@@ -67,6 +80,6 @@ BEGIN
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval) IS 'Ends a running attempt with an error if lease is current: retried after retry_in or the stage''s backoff, or fatal (moved to queue.history) when fatal => true or attempts are used up. Returns false, changing nothing, for a lease that is not current. Locks the task''s row.';
+COMMENT ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval) IS 'Ends a running attempt with an error if lease is current: retried after retry_in or the stage''s backoff, or fatal (moved to queue.history) when fatal => true or attempts are used up; a periodic task''s fatal run is recorded and the task re-armed for its next slot. Returns false, changing nothing, for a lease that is not current. Locks the task''s row.';
 REVOKE ALL ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval) TO skiplock_worker, skiplock_admin;

@@ -3,6 +3,10 @@
 -- in the same statement. With next_stage (a pipeline) it is recorded as done in its current stage
 -- and waits, ready, in next_stage from attempt 0. A task enqueued again with mode 'rerun' while it
 -- ran is queued again in its stage instead.
+-- A periodic task (repeat set) is recorded as done in queue.history and, in the same statement,
+-- re-armed: the same row waits, ready from attempt 0, for its next run (see _next_slot: with
+-- drift the first slot after now, skipping missed ones; without drift now() + repeat). It cannot
+-- move to another stage: next_stage raises 22023 for it (cancel() ends a schedule).
 -- Returns true when this call ended the attempt; false when the lease is not the task's current
 -- one (reaped, retaken, already finished, cancelled): then it changes nothing.
 CREATE OR REPLACE FUNCTION queue.finish(id bigint, lease uuid, next_stage text DEFAULT NULL)
@@ -24,14 +28,38 @@ BEGIN
     IF finish.next_stage IS NULL THEN
         WITH done AS (
             DELETE FROM queue.live_tasks t
-             WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun
+             WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NULL
             RETURNING t.*
         )
         INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                                   error_text, created, started, finished)
+                                   error_text, created, started, finished, group_key)
         SELECT d.id, d.stage, 'done', d.priority, d.run_at, d.payload, d.key, d.attempt, d.worker,
-               d.error_text, d.created, d.started, v_now
+               d.error_text, d.created, d.started, v_now, d.group_key
           FROM done d;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        IF v_count = 1 THEN
+            RETURN true;
+        END IF;
+
+        -- A periodic task: record this run, re-arm the same row for the next one.
+        WITH cur AS (
+            SELECT t.*, queue._next_slot(t.slot, t.repeat, t.drift, v_now) AS next_slot
+              FROM queue.live_tasks t
+             WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NOT NULL
+               FOR UPDATE
+        ), rearmed AS (
+            UPDATE queue.live_tasks t
+               SET status = 'ready', attempt = 0, run_at = c.next_slot, slot = c.next_slot,
+                   lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
+                   error_text = NULL, updated = v_now
+              FROM cur c
+             WHERE t.id = c.id
+        )
+        INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
+                                   error_text, created, started, finished, group_key)
+        SELECT c.id, c.stage, 'done', c.priority, c.run_at, c.payload, c.key, c.attempt, c.worker,
+               c.error_text, c.created, c.started, v_now, c.group_key
+          FROM cur c;
         GET DIAGNOSTICS v_count = ROW_COUNT;
         IF v_count = 1 THEN
             RETURN true;
@@ -42,7 +70,7 @@ BEGIN
             WITH cur AS (
                 SELECT t.*
                   FROM queue.live_tasks t
-                 WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun
+                 WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NULL
                    FOR UPDATE
             ), moved AS (
                 UPDATE queue.live_tasks t
@@ -53,9 +81,9 @@ BEGIN
                  WHERE t.id = c.id
             )
             INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                                       error_text, created, started, finished)
+                                       error_text, created, started, finished, group_key)
             SELECT c.id, c.stage, 'done', c.priority, c.run_at, c.payload, c.key, c.attempt, c.worker,
-                   c.error_text, c.created, c.started, v_now
+                   c.error_text, c.created, c.started, v_now, c.group_key
               FROM cur c;
             GET DIAGNOSTICS v_count = ROW_COUNT;
         EXCEPTION WHEN unique_violation THEN
@@ -78,9 +106,21 @@ BEGIN
        SET status = 'ready', rerun = false, attempt = 0, lease = NULL, lease_expires = NULL,
            started = NULL, error_text = NULL, updated = v_now
      WHERE t.id = finish.id AND t.lease = finish.lease AND t.rerun;
-    RETURN FOUND;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    -- Nothing ended: a stale lease, or a periodic task asked to move on.
+    IF finish.next_stage IS NOT NULL
+       AND EXISTS (SELECT FROM queue.live_tasks t
+                    WHERE t.id = finish.id AND t.lease = finish.lease AND t.repeat IS NOT NULL) THEN
+        RAISE EXCEPTION 'a periodic task cannot move to another stage'
+            USING ERRCODE = '22023',
+                  DETAIL = pg_catalog.format('Task %s repeats; finishing it re-arms it in its stage.', finish.id),
+                  HINT = 'Finish it without next_stage and enqueue a new task in the next stage; cancel(id) ends the schedule.';
+    END IF;
+    RETURN false;
 END
 $$;
-COMMENT ON FUNCTION queue.finish(bigint, uuid, text) IS 'Ends a running attempt successfully if lease is current: the task is done (moved to queue.history) or, with next_stage, recorded done and queued ready in that stage. Returns false, changing nothing, for a lease that is not current. Locks the task''s row.';
+COMMENT ON FUNCTION queue.finish(bigint, uuid, text) IS 'Ends a running attempt successfully if lease is current: the task is done (moved to queue.history) or, with next_stage, recorded done and queued ready in that stage; a periodic task is recorded done and re-armed for its next run (next_stage raises 22023 for it). Returns false, changing nothing, for a lease that is not current. Locks the task''s row.';
 REVOKE ALL ON FUNCTION queue.finish(bigint, uuid, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.finish(bigint, uuid, text) TO skiplock_worker, skiplock_admin;

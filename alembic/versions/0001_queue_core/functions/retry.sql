@@ -1,7 +1,8 @@
 -- retry(id): an admin queues a failed task again now, from attempt 0: an 'error' task waiting
 -- for its retry, or a 'fatal' or 'cancelled' task from queue.history (its history row goes back
--- to queue.live_tasks). A ready task is left as it is. Raises P0002 for an unknown id, 55000 for a
--- running or done task.
+-- to queue.live_tasks). A ready task is left as it is. A periodic task that was cancelled comes
+-- back as a one-off run (history does not keep the schedule: enqueue it again to restore it).
+-- Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a running or done task.
 CREATE OR REPLACE FUNCTION queue.retry(id bigint)
     RETURNS void
     LANGUAGE plpgsql
@@ -14,6 +15,10 @@ DECLARE
     v_status queue.task_status;
     v_last   queue.history;
 BEGIN
+    IF retry.id IS NULL THEN
+        RAISE EXCEPTION 'id must not be NULL'
+            USING ERRCODE = '22004', HINT = 'Pass the id of a task, e.g. from queue.tasks.';
+    END IF;
     SELECT t.status INTO v_status FROM queue.live_tasks t WHERE t.id = retry.id FOR UPDATE;
     IF FOUND THEN
         IF v_status = 'running' THEN
@@ -39,10 +44,10 @@ BEGIN
     END IF;
     BEGIN
         INSERT INTO queue.live_tasks (id, stage, status, priority, run_at, payload, key, attempt,
-                                      worker, error_text, created, updated)
+                                      worker, error_text, created, updated, group_key)
         OVERRIDING SYSTEM VALUE
         VALUES (v_last.id, v_last.stage, 'ready', v_last.priority, v_now, v_last.payload, v_last.key, 0,
-                v_last.worker, v_last.error_text, v_last.created, v_now);
+                v_last.worker, v_last.error_text, v_last.created, v_now, v_last.group_key);
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'cannot retry task %: its key is taken', retry.id
             USING ERRCODE = 'SK002',
@@ -54,6 +59,6 @@ BEGIN
      WHERE h.id = v_last.id AND h.finished = v_last.finished AND h.status = v_last.status;
 END
 $$;
-COMMENT ON FUNCTION queue.retry(bigint) IS 'Queues a failed task (error, fatal or cancelled) again now from attempt 0. Raises P0002 for an unknown id, 55000 for a running or done task, SK002 when a live task took its key.';
+COMMENT ON FUNCTION queue.retry(bigint) IS 'Queues a failed task (error, fatal or cancelled) again now from attempt 0 (a cancelled periodic task as a one-off run). Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a running or done task, SK002 when a live task took its key.';
 REVOKE ALL ON FUNCTION queue.retry(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.retry(bigint) TO skiplock_admin;

@@ -14,7 +14,8 @@ CREATE TABLE queue.history (
     error_text  text,
     created     timestamptz       NOT NULL,
     started     timestamptz,
-    finished    timestamptz       NOT NULL
+    finished    timestamptz       NOT NULL,
+    group_key   text
 ) PARTITION BY RANGE (finished);
 
 CREATE TABLE queue.history_default PARTITION OF queue.history DEFAULT;
@@ -37,3 +38,4 @@ COMMENT ON COLUMN queue.history.error_text IS 'Error of the last failed attempt,
 COMMENT ON COLUMN queue.history.created IS 'When the task was enqueued.';
 COMMENT ON COLUMN queue.history.started IS 'When the last attempt started (NULL if it never ran).';
 COMMENT ON COLUMN queue.history.finished IS 'When it reached its final state; the partition key.';
+COMMENT ON COLUMN queue.history.group_key IS 'Group (tenant, user, document) the task belonged to, if any.';

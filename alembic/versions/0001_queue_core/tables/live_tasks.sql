@@ -20,9 +20,17 @@ CREATE TABLE queue.live_tasks (
     created        timestamptz       NOT NULL DEFAULT now(),
     updated        timestamptz       NOT NULL DEFAULT now(),
     started        timestamptz,
+    repeat         interval,
+    drift          boolean           NOT NULL DEFAULT true,
+    slot           timestamptz,
+    group_key      text,
     CONSTRAINT live_tasks_running_has_lease
         CHECK ((status = 'running') = (lease IS NOT NULL AND lease_expires IS NOT NULL AND started IS NOT NULL)),
-    CONSTRAINT live_tasks_rerun_only_running CHECK (NOT rerun OR status = 'running')
+    CONSTRAINT live_tasks_rerun_only_running CHECK (NOT rerun OR status = 'running'),
+    -- A repeating task always knows the slot of its current run; a one-off task has none.
+    CONSTRAINT live_tasks_repeat_has_slot
+        CHECK ((repeat IS NULL) = (slot IS NULL) AND (repeat IS NULL OR repeat >= interval '1 second')),
+    CONSTRAINT live_tasks_group_key_length CHECK (group_key <> '' AND pg_catalog.length(group_key) <= 200)
 );
 
 -- The claim index: exactly the columns take_next filters and orders by, and only waiting rows,
@@ -31,6 +39,9 @@ CREATE INDEX live_tasks_claim ON queue.live_tasks (stage, priority, run_at, id)
     WHERE status IN ('ready', 'error');
 -- reap_hung() reads only running rows, oldest lease first.
 CREATE INDEX live_tasks_lease_expiry ON queue.live_tasks (lease_expires)
+    WHERE status = 'running';
+-- Stages with a concurrency limit count their running tasks, per stage and per group, here.
+CREATE INDEX live_tasks_running_group ON queue.live_tasks (stage, group_key)
     WHERE status = 'running';
 -- A key names at most one live task of a stage (idempotent enqueue, re-run of changed tasks).
 CREATE UNIQUE INDEX live_tasks_stage_key ON queue.live_tasks (stage, key)
@@ -53,3 +64,7 @@ COMMENT ON COLUMN queue.live_tasks.rerun IS 'Enqueued again with mode ''rerun'' 
 COMMENT ON COLUMN queue.live_tasks.created IS 'When the task was first enqueued.';
 COMMENT ON COLUMN queue.live_tasks.updated IS 'When the task last changed state.';
 COMMENT ON COLUMN queue.live_tasks.started IS 'When the current attempt was taken.';
+COMMENT ON COLUMN queue.live_tasks.repeat IS 'Periodic tasks: the interval between runs (at least 1 second). Finishing a run records it in queue.history and re-arms the same row for the next one. NULL for a one-off task.';
+COMMENT ON COLUMN queue.live_tasks.drift IS 'Periodic tasks: true (default) plans the next run from this run''s slot (slot + k * repeat, skipping missed slots); false plans it from the end of the run (finish time + repeat).';
+COMMENT ON COLUMN queue.live_tasks.slot IS 'Periodic tasks: the planned time of the current run. Retries move run_at, never slot, so a failed attempt does not shift the schedule. NULL for a one-off task.';
+COMMENT ON COLUMN queue.live_tasks.group_key IS 'Optional group (tenant, user, document) for the stage''s group_limit: at most that many tasks of one group run at once. 1 to 200 characters, or NULL for none.';

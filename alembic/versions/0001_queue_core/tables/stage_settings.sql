@@ -14,13 +14,18 @@ CREATE TABLE queue.stage_settings (
     backoff_jitter  real        NOT NULL DEFAULT 0.1
                                 CONSTRAINT stage_settings_jitter_fraction CHECK (backoff_jitter >= 0 AND backoff_jitter <= 1),
     notify          boolean     NOT NULL DEFAULT true,
-    updated         timestamptz NOT NULL DEFAULT now()
+    updated         timestamptz NOT NULL DEFAULT now(),
+    max_running     integer
+                                CONSTRAINT stage_settings_max_running_positive CHECK (max_running >= 1),
+    group_limit     integer
+                                CONSTRAINT stage_settings_group_limit_positive CHECK (group_limit >= 1),
+    paused          boolean     NOT NULL DEFAULT false
 );
 
 -- The row for stage '*' holds the defaults of every stage that has no row of its own.
 INSERT INTO queue.stage_settings (stage) VALUES ('*');
 
-COMMENT ON TABLE queue.stage_settings IS 'Per-stage policy (lease, retries, wake-ups). A stage without a row uses the row of stage ''*''. Change with queue.configure_stage() or UPDATE as an admin.';
+COMMENT ON TABLE queue.stage_settings IS 'Per-stage policy (lease, retries, wake-ups, concurrency limits). A stage without a row uses the row of stage ''*''. Change with queue.configure_stage() (role skiplock_admin); a superuser may also UPDATE it in psql.';
 COMMENT ON COLUMN queue.stage_settings.stage IS 'Stage name, or ''*'' for the defaults of stages that have no row.';
 COMMENT ON COLUMN queue.stage_settings.lease_duration IS 'How long a taken task stays leased to its worker before reap_hung() may recover it, unless heartbeat() extends it.';
 COMMENT ON COLUMN queue.stage_settings.max_attempts IS 'Attempts before a failing task becomes fatal (1 = never retried).';
@@ -30,3 +35,6 @@ COMMENT ON COLUMN queue.stage_settings.backoff_cap IS 'Longest retry delay.';
 COMMENT ON COLUMN queue.stage_settings.backoff_jitter IS 'Random spread of the retry delay, as a fraction of it (0.1 = plus or minus 10 %), so failed tasks do not retry in lockstep.';
 COMMENT ON COLUMN queue.stage_settings.notify IS 'Whether enqueue sends NOTIFY on channel skiplock.<stage> to wake idle workers. Turn off for very high enqueue rates: NOTIFY serialises commits.';
 COMMENT ON COLUMN queue.stage_settings.updated IS 'When this row was last changed.';
+COMMENT ON COLUMN queue.stage_settings.max_running IS 'At most this many tasks of the stage run at once; take_next hands out no more. NULL: no cap. A capped stage serialises its takers (see take_next).';
+COMMENT ON COLUMN queue.stage_settings.group_limit IS 'At most this many tasks of one group_key run at once in the stage (1: one at a time per group, in claim order); tasks without a group_key are not counted. NULL: no cap.';
+COMMENT ON COLUMN queue.stage_settings.paused IS 'While true, take_next hands out no task of the stage (enqueue, finish, fail and reap_hung go on): a pause that holds whatever workers do.';

@@ -1,12 +1,14 @@
 CREATE OR REPLACE VIEW queue.tasks AS
 SELECT t.id, t.stage, t.status, t.priority, t.payload, t.key, t.attempt, t.run_at, t.error_text,
-       t.created, t.updated, t.started, NULL::timestamptz AS finished, t.worker, t.lease_expires
+       t.created, t.updated, t.started, NULL::timestamptz AS finished, t.worker, t.lease_expires,
+       t.group_key, t.repeat
   FROM queue.live_tasks t
 UNION ALL
 SELECT h.id, h.stage, h.status, h.priority, h.payload, h.key, h.attempt, h.run_at, h.error_text,
-       h.created, h.finished AS updated, h.started, h.finished, h.worker, NULL::timestamptz AS lease_expires
+       h.created, h.finished AS updated, h.started, h.finished, h.worker, NULL::timestamptz AS lease_expires,
+       h.group_key, NULL::interval AS repeat
   FROM queue.history h;
-COMMENT ON VIEW queue.tasks IS 'Every task, live (queue.live_tasks) or finished (queue.history): look one up by id. A task that moved through stages has a finished row per stage it completed.';
+COMMENT ON VIEW queue.tasks IS 'Every task, live (queue.live_tasks) or finished (queue.history): look one up by id. A task that moved through stages has a finished row per stage it completed; a periodic task has a finished row per run and one live row for its next run.';
 COMMENT ON COLUMN queue.tasks.id IS 'Task id.';
 COMMENT ON COLUMN queue.tasks.stage IS 'Stage of this row.';
 COMMENT ON COLUMN queue.tasks.status IS 'ready, running, error (retry scheduled), done, fatal or cancelled.';
@@ -22,5 +24,7 @@ COMMENT ON COLUMN queue.tasks.started IS 'When the current or last attempt was t
 COMMENT ON COLUMN queue.tasks.finished IS 'When it reached its final state; NULL while live.';
 COMMENT ON COLUMN queue.tasks.worker IS 'Worker of the current or last attempt.';
 COMMENT ON COLUMN queue.tasks.lease_expires IS 'When the running attempt''s lease runs out.';
+COMMENT ON COLUMN queue.tasks.group_key IS 'Group (tenant, user, document) counted against the stage''s group_limit, if any.';
+COMMENT ON COLUMN queue.tasks.repeat IS 'Interval of a periodic task (live row only; NULL for one-off tasks and for finished rows).';
 REVOKE ALL ON queue.tasks FROM PUBLIC;
 GRANT SELECT ON queue.tasks TO skiplock_monitor, skiplock_admin;

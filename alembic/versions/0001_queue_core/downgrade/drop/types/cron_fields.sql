@@ -1,0 +1,1 @@
+DROP TYPE IF EXISTS queue.cron_fields;

@@ -11,7 +11,9 @@ BEGIN
     SELECT h.status INTO v_status
       FROM queue.history h
      WHERE h.id = _raise_not_live.id
-     ORDER BY h.finished DESC
+     -- A periodic task's last run and its end (cancel, fatal) can share a timestamp (one
+     -- transaction): the end is the latest event, so on a tie a row other than 'done' wins.
+     ORDER BY h.finished DESC, h.status = 'done'
      LIMIT 1;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'task % not found', _raise_not_live.id

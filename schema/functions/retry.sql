@@ -36,7 +36,9 @@ BEGIN
     SELECT h.* INTO v_last
       FROM queue.history h
      WHERE h.id = retry.id
-     ORDER BY h.finished DESC
+     -- A periodic task's last run and its end (cancel, fatal) can share a timestamp (one
+     -- transaction): the end is the latest event, so on a tie a row other than 'done' wins.
+     ORDER BY h.finished DESC, h.status = 'done'
      LIMIT 1
        FOR UPDATE;
     IF NOT FOUND OR v_last.status = 'done' THEN

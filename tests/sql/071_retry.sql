@@ -1,7 +1,7 @@
 -- retry(id): a failed task (error, fatal, cancelled) is ready again now from attempt 0, same id
 -- and payload; running and done tasks, unknown ids and taken keys raise, changing nothing.
 BEGIN;
-SELECT plan(28);
+SELECT plan(31);
 
 CREATE TEMP TABLE made (name text PRIMARY KEY, id bigint);
 CREATE TEMP TABLE took (name text PRIMARY KEY, id bigint, payload jsonb, attempt integer, lease uuid,
@@ -95,6 +95,19 @@ SELECT results_eq('SELECT status::text, error_text FROM queue.history WHERE id =
 SELECT results_eq('SELECT id, payload, status::text FROM queue.live_tasks WHERE stage = ''rt.key''',
                   $$SELECT id, '{"n": 8}'::jsonb, 'ready' FROM made WHERE name = 'newer'$$,
                   'after SK002 the only live task of the key is the new one, unchanged');
+
+-- A periodic task whose run finished and which was cancelled in the same transaction: both
+-- history rows carry the same finished time; the cancel is the task's last event.
+INSERT INTO made VALUES ('tie', queue.enqueue('{"n": 9}', 'rt.tie', repeat => '1 hour'));
+INSERT INTO took SELECT 'tie', k.* FROM queue.take_next('rt.tie') k;
+SELECT is(queue.finish(id, lease), true, 'a run of the periodic task finished') FROM took WHERE name = 'tie';
+SELECT queue.cancel(id) FROM made WHERE name = 'tie';
+SELECT results_eq(format('SELECT count(DISTINCT finished)::int, array_agg(status::text ORDER BY status::text) FROM queue.history WHERE id = %s', id),
+                  $$VALUES (1, ARRAY['cancelled', 'done'])$$,
+                  'its done run and its cancel share one finished time')
+  FROM made WHERE name = 'tie';
+SELECT lives_ok(format('SELECT queue.retry(%s)', id), 'retry takes the cancel, not the done run, as the last event')
+  FROM made WHERE name = 'tie';
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fatal-exit-code", type=int, default=None, metavar="N", help="this exit code fails the task for good (no retry)")
     p.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
                    help="on SIGTERM, how long running commands may take before they are killed and their tasks "
-                        "failed for an immediate retry (default 30)")
+                        "released (ready again, the attempt not counted; default 30)")
     p.add_argument("--poll", type=_positive(float), default=5.0, metavar="SECONDS",
                    help="slow poll when idle, besides LISTEN (default 5)")
     p.add_argument("--until-empty", action="store_true", help="exit 0 once the stage has no due task left (drain and stop)")

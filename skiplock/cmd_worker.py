@@ -6,7 +6,8 @@ SKIPLOCK_STAGE in its environment, heartbeat every third of the lease while it r
 queue.finish (exit 0) or queue.fail (other exits; fatal for --fatal-exit-code). An idle slot sleeps
 on LISTEN "skiplock.<stage>" with a slow poll. Commands run in their own session, so a Ctrl-C on
 the terminal reaches the worker only, which then drains: it stops taking, lets running commands
-end within --grace, then kills the rest and fails their tasks for an immediate retry.
+end within --grace, then kills the rest and releases their tasks (queue.release: ready again at once,
+the attempt not counted).
 """
 
 from __future__ import annotations
@@ -253,10 +254,13 @@ class Slot(threading.Thread):
         sh, a = self.shared, self.shared.args
         if how == "finish":
             sql, params = "SELECT queue.finish(%s, %s)", (task.id, task.lease)
+        elif how == "shutdown":
+            # Not the task's fault: hand it back without using up an attempt.
+            sql, params = "SELECT queue.release(%s, %s)", (task.id, task.lease)
         else:
             sql = ("SELECT queue.fail(%s, %s, %s, fatal => %s, "
                    "retry_in => %s::float8 * interval '1 second')")
-            params = (task.id, task.lease, error, how == "fatal", 0.0 if how == "shutdown" else None)
+            params = (task.id, task.lease, error, how == "fatal", None)
         for attempt in (1, 2):
             try:
                 ok = self.conn.execute(sql, params).fetchone()[0]
@@ -271,7 +275,7 @@ class Slot(threading.Thread):
             if not a.quiet:
                 sh.log(f"task {task.id}: lease lost before {how}: nothing recorded")
             return
-        word = {"finish": "done", "fail": "failed", "fatal": "fatal", "shutdown": "failed (shutdown)"}[how]
+        word = {"finish": "done", "fail": "failed", "fatal": "fatal", "shutdown": "released (shutdown)"}[how]
         sh.count(word)
         if not a.quiet:
             first = (error or "").splitlines()[0] if error else ""
@@ -331,7 +335,7 @@ def run(url: str, args: argparse.Namespace) -> int:
             now = time.monotonic()
             if deadline and not sh.abort.is_set():
                 if now >= deadline[0]:
-                    sh.log("grace over: killing running commands, their tasks are retried at once")
+                    sh.log("grace over: killing running commands, their tasks are released (ready again, attempt not counted)")
                     sh.abort.set()
                 elif now - last_report >= 5.0:
                     last_report = now

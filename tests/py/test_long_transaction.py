@@ -1,8 +1,7 @@
 """A long transaction holds back the xmin horizon while producers and workers run: the workers keep
 working (no error, no task stuck, every task done once).
 
-The issue speaks of minutes; CI holds for HOLD_SECONDS (30 s) to keep the suite short. Raise the
-constant for a longer local run. During the hold no dead row version of queue.live_tasks can be
+The issue speaks of minutes: the hold lasts HOLD_SECONDS (2 minutes, the W3 benchmark's hold). During the hold no dead row version of queue.live_tasks can be
 removed (by vacuum or by pruning), which is what slows SKIP LOCKED queues down; the test reports
 throughput before, during and after the hold, and dead tuples, without asserting any speed.
 """
@@ -23,7 +22,7 @@ import pytest
 import workload
 from skiplock import migrate, testrun
 
-HOLD_SECONDS = 30.0      # the issue says minutes; kept short for CI
+HOLD_SECONDS = 120.0     # minutes, as the issue says
 BEFORE_SECONDS = 5.0     # load without the hold, to compare
 AFTER_SECONDS = 5.0
 WORKERS = 2

@@ -24,6 +24,7 @@ SELECT set_eq(
         'queue.heartbeat(bigint,uuid,interval)',
         'queue.maintain(timestamp with time zone)',
         'queue.reap_hung()',
+        'queue.release(bigint,uuid)',
         'queue.retry(bigint)',
         'queue.rotate_partitions(timestamp with time zone)',
         'queue.schedule(text,text,text,jsonb,integer,text)',
@@ -155,8 +156,9 @@ SELECT set_eq(
           'queue.heartbeat(bigint,uuid,interval)',
           'queue.finish(bigint,uuid,text)',
           'queue.finish_batch(bigint[],uuid[])',
-          'queue.fail(bigint,uuid,text,boolean,interval)'],
-    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch and fail and nothing else'
+          'queue.fail(bigint,uuid,text,boolean,interval)',
+          'queue.release(bigint,uuid)'],
+    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail and release and nothing else'
 );
 
 SELECT is_empty(

@@ -6,19 +6,26 @@
   application's own alembic_version.
 - A transaction-level advisory lock serialises concurrent `alembic upgrade` runs; the whole run is
   one transaction, so a failed upgrade leaves nothing half-applied.
+- After the advisory lock, the run sets `lock_timeout` (2 s unless -x lock_timeout=… says
+  otherwise): a migration that queues for a lock on the hot table gives up after it instead of
+  stalling every worker behind it, and the whole run is retried with backoff (-x lock_attempts=…,
+  5 tries by default). Details in skiplock/migrate.py.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 
 import psycopg
 from alembic import context
 from sqlalchemy import create_engine, pool, text
 
-from skiplock.migrate import MIGRATION_LOCK_KEY, libpq_url
+from skiplock.migrate import MIGRATION_LOCK_KEY, backoff, is_lock_timeout, libpq_url, lock_settings
 
 config = context.config
+log = logging.getLogger("alembic.env")
 
 
 def database_url() -> str:
@@ -30,8 +37,8 @@ def database_url() -> str:
     return libpq_url(url)
 
 
-def run_migrations_online() -> None:
-    url = database_url()
+def run_once(url: str, lock_timeout: str) -> None:
+    """One try: one connection, one transaction, every pending revision."""
     engine = create_engine("postgresql+psycopg://", poolclass=pool.NullPool,
                            creator=lambda: psycopg.connect(url))
     with engine.connect() as connection:
@@ -42,10 +49,35 @@ def run_migrations_online() -> None:
             transactional_ddl=True,
         )
         with context.begin_transaction():
+            # Wait for ever for another upgrade to end (no lock_timeout yet): upgrades queue up.
             connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+            # From here on, waiting for a table lock is bounded (see skiplock/migrate.py).
+            connection.execute(text("SELECT set_config('lock_timeout', :t, true)"), {"t": lock_timeout})
             # The version table lives in schema queue, which must exist before Alembic looks.
             connection.execute(text("CREATE SCHEMA IF NOT EXISTS queue"))
             context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    url = database_url()
+    lock_timeout, attempts = lock_settings(context.get_x_argument(as_dictionary=True), config.attributes)
+    for attempt in range(1, attempts + 1):
+        try:
+            run_once(url, lock_timeout)
+            return
+        except Exception as e:
+            if not is_lock_timeout(e):
+                raise
+            if attempt == attempts:
+                e.add_note(f"skiplock: the migration waited more than lock_timeout={lock_timeout} for a lock "
+                           f"in each of {attempts} tries and was rolled back each time (nothing applied). "
+                           "Look for long transactions on queue tables in pg_stat_activity, or retry with "
+                           "-x lock_timeout=… -x lock_attempts=…")
+                raise
+            delay = backoff(attempt)
+            log.warning("lock_timeout (%s) hit on try %d of %d, rolled back; retrying in %.1f s: %s",
+                        lock_timeout, attempt, attempts, delay, str(e).splitlines()[0])
+            time.sleep(delay)
 
 
 if context.is_offline_mode():

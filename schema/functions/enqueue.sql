@@ -15,6 +15,7 @@
 --              planned time of this one, skipping missed slots; false from the end of the run.
 --   group_key  optional group (tenant, user, document) for the stage's group_limit (1 to 200
 --              characters).
+-- A restricted stage (see grant_stage) raises 42501 unless the caller may enqueue into it.
 -- Writes queue.live_tasks; sends NOTIFY on channel 'skiplock.<stage>' unless the stage turned it off.
 CREATE OR REPLACE FUNCTION queue.enqueue(
         payload   jsonb,
@@ -34,7 +35,8 @@ CREATE OR REPLACE FUNCTION queue.enqueue(
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_id     bigint;
+    v_id       bigint;
+    v_settings queue.stage_settings;
     v_now    timestamptz := pg_catalog.now();
     v_run_at timestamptz := coalesce(enqueue.run_at, pg_catalog.now());
     -- A periodic task's first slot is its first run.
@@ -78,6 +80,11 @@ BEGIN
             USING ERRCODE = '22023',
                   DETAIL = pg_catalog.format('The group_key has %s characters.', pg_catalog.length(enqueue.group_key)),
                   HINT = 'A group_key is 1 to 200 characters, or NULL for none.';
+    END IF;
+    -- A restricted stage (grant_stage) admits only the roles it lists; open stages skip the lookup.
+    v_settings := queue._settings(enqueue.stage);
+    IF v_settings.restricted THEN
+        PERFORM queue._check_access(enqueue.stage, 'enqueue');
     END IF;
 
     IF enqueue.key IS NULL THEN
@@ -124,12 +131,12 @@ BEGIN
         RETURNING t.id INTO v_id;
     END IF;
 
-    IF (queue._settings(enqueue.stage)).notify THEN
+    IF v_settings.notify THEN
         PERFORM pg_catalog.pg_notify('skiplock.' || enqueue.stage, '');
     END IF;
     RETURN v_id;
 END
 $$;
-COMMENT ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text) IS 'Adds a task to a stage and returns its id. With a key, an existing live task of that key is kept (mode ''ignore'') or re-run with the new payload (mode ''rerun''). repeat makes it periodic (drift: plan from the slot, not the finish); group_key counts it against the stage''s group_limit. Raises 22004/22023/54000 for bad arguments. Inserts one row into queue.live_tasks; wakes listeners on channel skiplock.<stage>.';
+COMMENT ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text) IS 'Adds a task to a stage and returns its id. With a key, an existing live task of that key is kept (mode ''ignore'') or re-run with the new payload (mode ''rerun''). repeat makes it periodic (drift: plan from the slot, not the finish); group_key counts it against the stage''s group_limit. Raises 22004/22023/54000 for bad arguments, 42501 when the stage is restricted to other roles (grant_stage). Inserts one row into queue.live_tasks; wakes listeners on channel skiplock.<stage>.';
 REVOKE ALL ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text) TO skiplock_producer, skiplock_admin;

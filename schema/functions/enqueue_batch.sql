@@ -1,7 +1,8 @@
 -- enqueue_batch(payloads, stage, priority, run_at, group_key): add many tasks in one call (bulk
 -- loads, producers that buffer). All or nothing: one bad payload rejects the batch. Keys and
 -- repeats are not taken here; use enqueue() for keyed or periodic tasks. Every task of the batch
--- gets the same group_key (optional). Returns the new ids in the order of payloads.
+-- gets the same group_key (optional). A restricted stage (see grant_stage) raises 42501 unless
+-- the caller may enqueue into it. Returns the new ids in the order of payloads.
 CREATE OR REPLACE FUNCTION queue.enqueue_batch(
         payloads  jsonb[],
         stage     text        DEFAULT 'default',
@@ -15,8 +16,9 @@ CREATE OR REPLACE FUNCTION queue.enqueue_batch(
     SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := pg_catalog.now();
-    v_bad record;
+    v_now      timestamptz := pg_catalog.now();
+    v_bad      record;
+    v_settings queue.stage_settings;
 BEGIN
     PERFORM queue._check_stage(enqueue_batch.stage);
     IF enqueue_batch.priority IS NULL THEN
@@ -49,6 +51,11 @@ BEGIN
                 USING ERRCODE = SQLSTATE, HINT = 'Every payload must be a JSON object or array of at most 1 MiB.';
         END;
     END IF;
+    -- A restricted stage (grant_stage) admits only the roles it lists; open stages skip the lookup.
+    v_settings := queue._settings(enqueue_batch.stage);
+    IF v_settings.restricted THEN
+        PERFORM queue._check_access(enqueue_batch.stage, 'enqueue');
+    END IF;
 
     RETURN QUERY
     INSERT INTO queue.live_tasks AS t (stage, priority, run_at, payload, created, updated, group_key)
@@ -58,11 +65,11 @@ BEGIN
      ORDER BY p.ord
     RETURNING t.id;
 
-    IF (queue._settings(enqueue_batch.stage)).notify THEN
+    IF v_settings.notify THEN
         PERFORM pg_catalog.pg_notify('skiplock.' || enqueue_batch.stage, '');
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue.enqueue_batch(jsonb[], text, integer, timestamptz, text) IS 'Adds many tasks to a stage in one statement, all or nothing, and returns their ids in order. No keys or repeats (use enqueue); one optional group_key for all. Raises 22004/22023/54000 for bad arguments. Inserts into queue.live_tasks; one NOTIFY on skiplock.<stage>.';
+COMMENT ON FUNCTION queue.enqueue_batch(jsonb[], text, integer, timestamptz, text) IS 'Adds many tasks to a stage in one statement, all or nothing, and returns their ids in order. No keys or repeats (use enqueue); one optional group_key for all. Raises 22004/22023/54000 for bad arguments, 42501 when the stage is restricted to other roles (grant_stage). Inserts into queue.live_tasks; one NOTIFY on skiplock.<stage>.';
 REVOKE ALL ON FUNCTION queue.enqueue_batch(jsonb[], text, integer, timestamptz, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.enqueue_batch(jsonb[], text, integer, timestamptz, text) TO skiplock_producer, skiplock_admin;

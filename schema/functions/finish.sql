@@ -6,7 +6,8 @@
 -- A periodic task (repeat set) is recorded as done in queue.history and, in the same statement,
 -- re-armed: the same row waits, ready from attempt 0, for its next run (see _next_slot: with
 -- drift the first slot after now, skipping missed ones; without drift now() + repeat). It cannot
--- move to another stage: next_stage raises 22023 for it (cancel() ends a schedule).
+-- move to another stage: next_stage raises 22023 for it (cancel() ends a schedule). Moving into a
+-- restricted stage (see grant_stage) needs the enqueue right on it, else 42501.
 -- Returns true when this call ended the attempt; false when the lease is not the task's current
 -- one (reaped, retaken, already finished, cancelled): then it changes nothing.
 CREATE OR REPLACE FUNCTION queue.finish(id bigint, lease uuid, next_stage text DEFAULT NULL)
@@ -19,6 +20,7 @@ AS $$
 DECLARE
     v_now   timestamptz := pg_catalog.now();
     v_count integer;
+    v_next  queue.stage_settings;
 BEGIN
     IF finish.id IS NULL OR finish.lease IS NULL THEN
         RAISE EXCEPTION 'id and lease must not be NULL'
@@ -66,6 +68,11 @@ BEGIN
         END IF;
     ELSE
         PERFORM queue._check_stage(finish.next_stage, 'next_stage');
+        -- Moving a task into a stage is enqueueing into it: a restricted one needs that right.
+        v_next := queue._settings(finish.next_stage);
+        IF v_next.restricted THEN
+            PERFORM queue._check_access(finish.next_stage, 'enqueue');
+        END IF;
         BEGIN
             WITH cur AS (
                 SELECT t.*
@@ -94,7 +101,7 @@ BEGIN
                       HINT = 'Finish without next_stage, or cancel the other task first.';
         END;
         IF v_count = 1 THEN
-            IF (queue._settings(finish.next_stage)).notify THEN
+            IF v_next.notify THEN
                 PERFORM pg_catalog.pg_notify('skiplock.' || finish.next_stage, '');
             END IF;
             RETURN true;
@@ -121,6 +128,6 @@ BEGIN
     RETURN false;
 END
 $$;
-COMMENT ON FUNCTION queue.finish(bigint, uuid, text) IS 'Ends a running attempt successfully if lease is current: the task is done (moved to queue.history) or, with next_stage, recorded done and queued ready in that stage; a periodic task is recorded done and re-armed for its next run (next_stage raises 22023 for it). Returns false, changing nothing, for a lease that is not current. Locks the task''s row.';
+COMMENT ON FUNCTION queue.finish(bigint, uuid, text) IS 'Ends a running attempt successfully if lease is current: the task is done (moved to queue.history) or, with next_stage, recorded done and queued ready in that stage; a periodic task is recorded done and re-armed for its next run (next_stage raises 22023 for it; 42501 when next_stage is restricted to other roles). Returns false, changing nothing, for a lease that is not current. Locks the task''s row.';
 REVOKE ALL ON FUNCTION queue.finish(bigint, uuid, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.finish(bigint, uuid, text) TO skiplock_worker, skiplock_admin;

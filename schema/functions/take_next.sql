@@ -13,6 +13,7 @@
 -- it commits. max_running caps the batch at the free room; with group_limit a group at its cap
 -- is skipped, never waited on (see _take_grouped). Stages without limits take no lock and run
 -- the claim query alone. A paused stage (configure_stage(stage, paused => true)) hands out nothing.
+-- A restricted stage (see grant_stage) raises 42501 unless the caller may take from it.
 -- Locks: the claimed rows only (and, in a limited stage, the stage's advisory lock). Writes
 -- queue.live_tasks.
 CREATE OR REPLACE FUNCTION queue.take_next(
@@ -53,6 +54,11 @@ BEGIN
                   HINT = 'Name workers in at most 200 characters, e.g. host:pid.';
     END IF;
     v_settings := queue._settings(take_next.stage);
+    -- A restricted stage (grant_stage) hands tasks, and so their leases, only to the roles it
+    -- lists; open stages skip the lookup. Denial raises rather than returning nothing.
+    IF v_settings.restricted THEN
+        PERFORM queue._check_access(take_next.stage, 'take');
+    END IF;
     IF v_settings.paused THEN
         RETURN;  -- configure_stage(stage, paused => true): hand out nothing until resumed
     END IF;
@@ -104,6 +110,6 @@ BEGIN
     RETURNING t.id, t.payload, t.attempt, t.lease, t.lease_expires, t.priority, t.key;
 END
 $$;
-COMMENT ON FUNCTION queue.take_next(text, integer, interval, text) IS 'Claims up to batch due tasks of a stage (lowest priority, then run_at, then id; FOR UPDATE SKIP LOCKED, never waits) and returns each with its attempt and lease token. Locks only the rows it claims; a stage with max_running or group_limit also serialises its takers on an advisory lock until their transaction ends (limits hold for READ COMMITTED callers). Returns nothing while the stage is paused.';
+COMMENT ON FUNCTION queue.take_next(text, integer, interval, text) IS 'Claims up to batch due tasks of a stage (lowest priority, then run_at, then id; FOR UPDATE SKIP LOCKED, never waits) and returns each with its attempt and lease token. Locks only the rows it claims; a stage with max_running or group_limit also serialises its takers on an advisory lock until their transaction ends (limits hold for READ COMMITTED callers). Returns nothing while the stage is paused; raises 42501 when the stage is restricted to other roles (grant_stage).';
 REVOKE ALL ON FUNCTION queue.take_next(text, integer, interval, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.take_next(text, integer, interval, text) TO skiplock_worker, skiplock_admin;

@@ -19,7 +19,8 @@ CREATE TABLE queue.stage_settings (
                                 CONSTRAINT stage_settings_max_running_positive CHECK (max_running >= 1),
     group_limit     integer
                                 CONSTRAINT stage_settings_group_limit_positive CHECK (group_limit >= 1),
-    paused          boolean     NOT NULL DEFAULT false
+    paused          boolean     NOT NULL DEFAULT false,
+    restricted      boolean     NOT NULL DEFAULT false
 );
 
 -- The row for stage '*' holds the defaults of every stage that has no row of its own.
@@ -38,3 +39,4 @@ COMMENT ON COLUMN queue.stage_settings.updated IS 'When this row was last change
 COMMENT ON COLUMN queue.stage_settings.max_running IS 'At most this many tasks of the stage run at once; take_next hands out no more. NULL: no cap. A capped stage serialises its takers (see take_next).';
 COMMENT ON COLUMN queue.stage_settings.group_limit IS 'At most this many tasks of one group_key run at once in the stage (1: one at a time per group, in claim order); tasks without a group_key are not counted. NULL: no cap.';
 COMMENT ON COLUMN queue.stage_settings.paused IS 'While true, take_next hands out no task of the stage (enqueue, finish, fail and reap_hung go on): a pause that holds whatever workers do.';
+COMMENT ON COLUMN queue.stage_settings.restricted IS 'Whether queue.stage_access has rows for the stage (kept by grant_stage and revoke_stage): only then do enqueue and take_next look up the caller''s rights, so open stages pay nothing. grant_stage never sets it on ''*''.';

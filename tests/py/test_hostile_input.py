@@ -103,6 +103,8 @@ HOSTILE: dict[str, dict[str, Any]] = {
                  "huge": "178000000 years", "huge negative": "-178000000 years"},
     "real": {"NULL": None, "NaN": "NaN", "infinity": "Infinity", "minus one": "-1", "two": "2"},
     "boolean": {"NULL": None, "true": True, "false": False},
+    "regrole": {"NULL": None, "unknown": "no_such_role'; DROP TABLE queue.live_tasks; --",
+                "quoted": '"Skiplock_Worker"', "public": "public", "empty": ""},
     "timestamp with time zone": {"NULL": None, "infinity": "infinity", "-infinity": "-infinity",
                                  "year 294276": "294276-12-31 00:00:00+00", "4713 BC": "4713-01-01 00:00:00+00 BC"},
 }
@@ -112,7 +114,7 @@ HOSTILE: dict[str, dict[str, Any]] = {
 # get the ready task's id.
 BASELINE: dict[str, Any] = {
     "stage": "h.stage", "payload": "{}", "payloads": ["{}"], "error": "boom", "next_stage": "h.next",
-    "name": "h.schedule", "cron": "*/5 * * * *", "priority": 0, "now": "2030-01-01 00:00:00+00",
+    "name": "h.schedule", "cron": "*/5 * * * *", "priority": 0, "role": "skiplock_worker", "now": "2030-01-01 00:00:00+00",
 }
 # Functions without arguments: nothing hostile to give, but each is still called once.
 NO_ARGUMENTS = {"reap_hung"}

@@ -114,7 +114,7 @@ BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
               WHERE p.pronamespace = 'queue'::regnamespace AND p.proname = '{name}'
     LOOP
-        EXECUTE 'DROP FUNCTION ' || f;
+        EXECUTE 'DROP ROUTINE ' || f;
     END LOOP;
 END
 $$;

@@ -20,9 +20,9 @@ BEGIN
         DELETE FROM queue.live_tasks t WHERE t.id = cancel.id RETURNING t.*
     )
     INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                               error_text, created, started, finished, group_key)
+                               error_text, created, started, finished, group_key, run_as)
     SELECT g.id, g.stage, 'cancelled', g.priority, g.run_at, g.payload, g.key, g.attempt, g.worker,
-           g.error_text, g.created, g.started, v_now, g.group_key
+           g.error_text, g.created, g.started, v_now, g.group_key, g.run_as
       FROM gone g;
     IF NOT FOUND THEN
         PERFORM queue._raise_not_live(cancel.id, 'cancel');

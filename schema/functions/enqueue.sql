@@ -15,7 +15,8 @@
 --              planned time of this one, skipping missed slots; false from the end of the run.
 --   group_key  optional group (tenant, user, document) for the stage's group_limit (1 to 200
 --              characters).
--- A restricted stage (see grant_stage) raises 42501 unless the caller may enqueue into it.
+-- A restricted stage (see grant_stage) raises 42501 unless the caller may enqueue into it; so
+-- does mode 'rerun' on the key of an SQL task (enqueue_sql), whose payload is its request.
 -- Writes queue.live_tasks; sends NOTIFY on channel 'skiplock.<stage>' unless the stage turned it off.
 CREATE OR REPLACE FUNCTION queue.enqueue(
         payload   jsonb,
@@ -128,7 +129,15 @@ BEGIN
                attempt    = CASE WHEN t.status = 'running' THEN t.attempt ELSE 0 END,
                status     = CASE WHEN t.status = 'running' THEN t.status ELSE 'ready' END,
                error_text = CASE WHEN t.status = 'running' THEN t.error_text END
+         -- an SQL task's request is its payload: only enqueue_sql, as its role, may replace it
+         WHERE t.run_as IS NULL
         RETURNING t.id INTO v_id;
+        IF v_id IS NULL THEN
+            RAISE EXCEPTION 'key % of stage % belongs to an SQL task', enqueue.key, enqueue.stage
+                USING ERRCODE = '42501',
+                      DETAIL = 'mode ''rerun'' would replace the request of a task that runs as the role that enqueued it.',
+                      HINT = 'Re-run it with queue.enqueue_sql(…, key => …, mode => ''rerun'') as that role, or use another key.';
+        END IF;
     END IF;
 
     IF v_settings.notify THEN

@@ -66,10 +66,10 @@ BEGIN
              WHERE t.id = v_task.id;
         END IF;
         INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                                   error_text, created, started, finished, group_key)
+                                   error_text, created, started, finished, group_key, run_as)
         VALUES (v_task.id, v_task.stage, 'fatal', v_task.priority, v_task.run_at, v_task.payload,
                 v_task.key, v_task.attempt, v_task.worker, v_error, v_task.created, v_task.started, v_now,
-                v_task.group_key);
+                v_task.group_key, v_task.run_as);
     ELSE
         UPDATE queue.live_tasks t
            SET status = 'error',

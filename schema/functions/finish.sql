@@ -34,9 +34,9 @@ BEGIN
             RETURNING t.*
         )
         INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                                   error_text, created, started, finished, group_key)
+                                   error_text, created, started, finished, group_key, run_as)
         SELECT d.id, d.stage, 'done', d.priority, d.run_at, d.payload, d.key, d.attempt, d.worker,
-               d.error_text, d.created, d.started, v_now, d.group_key
+               d.error_text, d.created, d.started, v_now, d.group_key, d.run_as
           FROM done d;
         GET DIAGNOSTICS v_count = ROW_COUNT;
         IF v_count = 1 THEN
@@ -58,9 +58,9 @@ BEGIN
              WHERE t.id = c.id
         )
         INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                                   error_text, created, started, finished, group_key)
+                                   error_text, created, started, finished, group_key, run_as)
         SELECT c.id, c.stage, 'done', c.priority, c.run_at, c.payload, c.key, c.attempt, c.worker,
-               c.error_text, c.created, c.started, v_now, c.group_key
+               c.error_text, c.created, c.started, v_now, c.group_key, c.run_as
           FROM cur c;
         GET DIAGNOSTICS v_count = ROW_COUNT;
         IF v_count = 1 THEN
@@ -88,9 +88,9 @@ BEGIN
                  WHERE t.id = c.id
             )
             INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                                       error_text, created, started, finished, group_key)
+                                       error_text, created, started, finished, group_key, run_as)
             SELECT c.id, c.stage, 'done', c.priority, c.run_at, c.payload, c.key, c.attempt, c.worker,
-                   c.error_text, c.created, c.started, v_now, c.group_key
+                   c.error_text, c.created, c.started, v_now, c.group_key, c.run_as
               FROM cur c;
             GET DIAGNOSTICS v_count = ROW_COUNT;
         EXCEPTION WHEN unique_violation THEN

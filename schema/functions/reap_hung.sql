@@ -50,13 +50,13 @@ BEGIN
          WHERE t.id = p.id
     ), fatal AS (
         INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                                   error_text, created, started, finished, group_key)
+                                   error_text, created, started, finished, group_key, run_as)
         SELECT g.id, g.stage, 'fatal'::queue.task_status, g.priority, g.run_at, g.payload, g.key,
-               g.attempt, g.worker, g.message, g.created, g.started, v_now, g.group_key
+               g.attempt, g.worker, g.message, g.created, g.started, v_now, g.group_key, g.run_as
           FROM gone g
         UNION ALL
         SELECT p.id, p.stage, 'fatal'::queue.task_status, p.priority, p.run_at, p.payload, p.key,
-               p.attempt, p.worker, p.message, p.created, p.started, v_now, p.group_key
+               p.attempt, p.worker, p.message, p.created, p.started, v_now, p.group_key, p.run_as
           FROM periodic p
         RETURNING 1
     ), retried AS (

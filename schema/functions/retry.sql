@@ -46,10 +46,10 @@ BEGIN
     END IF;
     BEGIN
         INSERT INTO queue.live_tasks (id, stage, status, priority, run_at, payload, key, attempt,
-                                      worker, error_text, created, updated, group_key)
+                                      worker, error_text, created, updated, group_key, run_as)
         OVERRIDING SYSTEM VALUE
         VALUES (v_last.id, v_last.stage, 'ready', v_last.priority, v_now, v_last.payload, v_last.key, 0,
-                v_last.worker, v_last.error_text, v_last.created, v_now, v_last.group_key);
+                v_last.worker, v_last.error_text, v_last.created, v_now, v_last.group_key, v_last.run_as);
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'cannot retry task %: its key is taken', retry.id
             USING ERRCODE = 'SK002',

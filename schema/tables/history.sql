@@ -15,7 +15,9 @@ CREATE TABLE queue.history (
     created     timestamptz       NOT NULL,
     started     timestamptz,
     finished    timestamptz       NOT NULL,
-    group_key   text
+    group_key   text,
+    run_as      regrole,
+    result      jsonb
 ) PARTITION BY RANGE (finished);
 
 CREATE TABLE queue.history_default PARTITION OF queue.history DEFAULT;
@@ -39,3 +41,5 @@ COMMENT ON COLUMN queue.history.created IS 'When the task was enqueued.';
 COMMENT ON COLUMN queue.history.started IS 'When the last attempt started (NULL if it never ran).';
 COMMENT ON COLUMN queue.history.finished IS 'When it reached its final state; the partition key.';
 COMMENT ON COLUMN queue.history.group_key IS 'Group (tenant, user, document) the task belonged to, if any.';
+COMMENT ON COLUMN queue.history.run_as IS 'SQL tasks (enqueue_sql): the role that enqueued it; run_sql_tasks runs the request as this role. NULL for ordinary tasks. Set only by enqueue_sql, so no producer can make a task run as another role.';
+COMMENT ON COLUMN queue.history.result IS 'SQL tasks: the response of a done run, written by run_sql_tasks ({"columns": [{"name", "type"}], "rows": [[…]], "row_count"}, or {"command": …, "row_count"} for a statement that returns no rows); NULL otherwise.';

@@ -24,6 +24,7 @@ CREATE TABLE queue.live_tasks (
     drift          boolean           NOT NULL DEFAULT true,
     slot           timestamptz,
     group_key      text,
+    run_as         regrole,
     CONSTRAINT live_tasks_running_has_lease
         CHECK ((status = 'running') = (lease IS NOT NULL AND lease_expires IS NOT NULL AND started IS NOT NULL)),
     CONSTRAINT live_tasks_rerun_only_running CHECK (NOT rerun OR status = 'running'),
@@ -68,3 +69,4 @@ COMMENT ON COLUMN queue.live_tasks.repeat IS 'Periodic tasks: the interval betwe
 COMMENT ON COLUMN queue.live_tasks.drift IS 'Periodic tasks: true (default) plans the next run from this run''s slot (slot + k * repeat, skipping missed slots); false plans it from the end of the run (finish time + repeat).';
 COMMENT ON COLUMN queue.live_tasks.slot IS 'Periodic tasks: the planned time of the current run. Retries move run_at, never slot, so a failed attempt does not shift the schedule. NULL for a one-off task.';
 COMMENT ON COLUMN queue.live_tasks.group_key IS 'Optional group (tenant, user, document) for the stage''s group_limit: at most that many tasks of one group run at once. 1 to 200 characters, or NULL for none.';
+COMMENT ON COLUMN queue.live_tasks.run_as IS 'SQL tasks (enqueue_sql): the role that enqueued it; run_sql_tasks runs the request as this role. NULL for ordinary tasks. Set only by enqueue_sql, so no producer can make a task run as another role.';

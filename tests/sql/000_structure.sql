@@ -13,10 +13,12 @@ SELECT set_eq(
        WHERE p.pronamespace = 'queue'::regnamespace AND p.proname !~ '^_'$$,
     ARRAY[
         'queue.cancel(bigint)',
+        'queue.cancel_overdue_sql_tasks()',
         'queue.configure_history(interval,integer,interval,text,interval)',
         'queue.configure_stage(text,interval,integer,text,interval,interval,real,boolean,integer,integer,boolean)',
         'queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text,interval,boolean,text)',
         'queue.enqueue_batch(jsonb[],text,integer,timestamp with time zone,text)',
+        'queue.enqueue_sql(text,text,timestamp with time zone,interval,integer,text,text,interval,boolean,integer,boolean)',
         'queue.fail(bigint,uuid,text,boolean,interval)',
         'queue.finish(bigint,uuid,text)',
         'queue.finish_batch(bigint[],uuid[])',
@@ -29,6 +31,7 @@ SELECT set_eq(
         'queue.retry(bigint)',
         'queue.revoke_stage(text,regrole)',
         'queue.rotate_partitions(timestamp with time zone)',
+        'queue.run_sql_tasks(text,integer,text,integer)',
         'queue.schedule(text,text,text,jsonb,integer,text)',
         'queue.set_priority(bigint,integer)',
         'queue.take_next(text,integer,interval,text)',
@@ -40,8 +43,12 @@ SELECT set_eq(
 SELECT is_empty(
     $$SELECT p.oid::regprocedure::text
         FROM pg_catalog.pg_proc p
-       WHERE p.pronamespace = 'queue'::regnamespace AND p.proname !~ '^_' AND NOT p.prosecdef$$,
-    'every public function is SECURITY DEFINER (listed: those that are not)'
+       WHERE p.pronamespace = 'queue'::regnamespace AND p.proname !~ '^_' AND NOT p.prosecdef
+         -- The SQL tasks' executor runs as its caller: a procedure that commits cannot be
+         -- SECURITY DEFINER, and the watchdog signals the caller's own backends.
+         AND p.oid NOT IN ('queue.run_sql_tasks(text,integer,text,integer)'::regprocedure,
+                           'queue.cancel_overdue_sql_tasks()'::regprocedure)$$,
+    'every public function is SECURITY DEFINER but the SQL executor''s run_sql_tasks and cancel_overdue_sql_tasks (listed: others)'
 );
 
 -- The exact text stored in proconfig: a SECURITY DEFINER function must not resolve names through
@@ -50,8 +57,10 @@ SELECT is_empty(
     $$SELECT p.oid::regprocedure::text, p.proconfig::text
         FROM pg_catalog.pg_proc p
        WHERE p.pronamespace = 'queue'::regnamespace
-         AND p.proconfig::text IS DISTINCT FROM '{"search_path=pg_catalog, pg_temp"}'$$,
-    'every function of queue (API and helpers) has proconfig {"search_path=pg_catalog, pg_temp"} (listed: those that do not)'
+         AND p.proconfig::text IS DISTINCT FROM '{"search_path=pg_catalog, pg_temp"}'
+         -- A procedure with a SET clause cannot COMMIT; run_sql_tasks qualifies every name.
+         AND p.oid <> 'queue.run_sql_tasks(text,integer,text,integer)'::regprocedure$$,
+    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (listed: those that do not)'
 );
 
 -- Comments: what \df+ and \d+ show a DBA.
@@ -135,8 +144,10 @@ SELECT is_empty(
        CROSS JOIN pg_catalog.pg_roles r
        WHERE p.pronamespace = 'queue'::regnamespace AND p.proname ~ '^_'
          AND r.rolname IN ('skiplock_producer', 'skiplock_worker', 'skiplock_monitor', 'skiplock_admin')
-         AND pg_catalog.has_function_privilege(r.oid, p.oid, 'EXECUTE')$$,
-    'no application role may execute a _ helper (listed: role and helper)'
+         AND pg_catalog.has_function_privilege(r.oid, p.oid, 'EXECUTE')
+         -- admins are SQL executors too (member of skiplock_sql_executor)
+         AND NOT (r.rolname = 'skiplock_admin' AND p.proname ~ '^_sql_')$$,
+    'no application role may execute a _ helper but admins the SQL executor''s _sql_* (listed: role and helper)'
 );
 
 SELECT set_eq(
@@ -188,8 +199,8 @@ SELECT set_eq(
          AND pg_catalog.has_function_privilege('skiplock_admin', p.oid, 'EXECUTE')$$,
     $$SELECT p.oid::regprocedure::text
         FROM pg_catalog.pg_proc p
-       WHERE p.pronamespace = 'queue'::regnamespace AND p.proname !~ '^_'$$,
-    'skiplock_admin may execute every public function (and no helper)'
+       WHERE p.pronamespace = 'queue'::regnamespace AND (p.proname !~ '^_' OR p.proname ~ '^_sql_')$$,
+    'skiplock_admin may execute every public function and no helper but the SQL executor''s (_sql_*, as a member of skiplock_sql_executor)'
 );
 
 SELECT is_empty(

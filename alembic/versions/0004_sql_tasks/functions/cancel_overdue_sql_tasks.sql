@@ -1,0 +1,21 @@
+-- cancel_overdue_sql_tasks(): the SQL tasks' watchdog. Cancels (pg_cancel_backend) the statement
+-- of every running SQL task past its timeout; run_sql_tasks records it as failed with SQLSTATE
+-- 57014. PostgreSQL applies statement_timeout to a whole CALL, not to each statement inside it,
+-- so the per-task timeout needs someone outside: `skiplock run-sql` calls this twice a second;
+-- with pg_cron, schedule it every few seconds. SECURITY INVOKER: the caller must be allowed to
+-- signal the executor's backends (the same login, or a member of pg_signal_backend).
+-- Returns how many statements it cancelled.
+CREATE OR REPLACE FUNCTION queue.cancel_overdue_sql_tasks()
+    RETURNS integer
+    LANGUAGE sql
+    VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    -- A backend that started after the task took it is not its executor (a recycled pid).
+    SELECT pg_catalog.count(*) FILTER (WHERE pg_catalog.pg_cancel_backend(a.pid))::integer
+      FROM queue._sql_overdue() o
+      JOIN pg_catalog.pg_stat_activity a ON a.pid = o.pid AND a.backend_start <= o.started
+$$;
+COMMENT ON FUNCTION queue.cancel_overdue_sql_tasks() IS 'The SQL tasks'' watchdog: cancels the statement of every running SQL task past its timeout (run_sql_tasks then records 57014) and returns how many. Run it every few seconds beside the executors, as the executors'' login (SECURITY INVOKER: it signals their backends).';
+REVOKE ALL ON FUNCTION queue.cancel_overdue_sql_tasks() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.cancel_overdue_sql_tasks() TO skiplock_sql_executor;

@@ -1,0 +1,170 @@
+-- SQL tasks: enqueue_sql's arguments and the states its tasks go through (claim, record, cancel,
+-- retry), who may enqueue them, and that no other path can change what they run or as whom.
+-- run_sql_tasks itself commits, so it cannot run inside this transaction: tests/py/test_sql_tasks.py
+-- drives it.
+BEGIN;
+SELECT plan(52);
+
+CREATE ROLE skiplock_t_alice NOLOGIN IN ROLE skiplock_sql;
+CREATE ROLE skiplock_t_bob NOLOGIN IN ROLE skiplock_sql;
+CREATE ROLE skiplock_t_producer NOLOGIN IN ROLE skiplock_producer;
+CREATE ROLE skiplock_t_executor NOLOGIN IN ROLE skiplock_sql_executor;
+CREATE TEMP TABLE ids (name text PRIMARY KEY, id bigint);
+GRANT ALL ON ids TO PUBLIC;
+
+-- Who may enqueue.
+SET ROLE skiplock_t_producer;
+SELECT throws_ok($$SELECT queue.enqueue_sql('SELECT 1')$$, '42501', NULL, 'a producer outside skiplock_sql cannot enqueue SQL tasks');
+RESET ROLE;
+
+SET ROLE skiplock_t_alice;
+-- Arguments.
+SELECT throws_ok($$SELECT queue.enqueue_sql(NULL)$$, '22004', 'request must be an SQL statement', 'a NULL request is 22004');
+SELECT throws_ok($$SELECT queue.enqueue_sql(' ; ')$$, '22023', 'request must be an SQL statement', 'an empty request is 22023');
+SELECT throws_ok($$SELECT queue.enqueue_sql('SELECT 1', timeout => '0')$$, '22023', 'timeout must be positive', 'a timeout of 0 is 22023');
+SELECT throws_ok($$SELECT queue.enqueue_sql('SELECT 1', max => 0)$$, '22023', 'max must be at least 1', 'max 0 is 22023');
+SELECT throws_ok($$SELECT queue.enqueue_sql('SELECT 1', keep_history => NULL)$$, '22004', NULL, 'a NULL keep_history is 22004');
+SELECT throws_ok($$SELECT queue.enqueue_sql('SELECT 1', stage => '*')$$, '22023', NULL, 'the defaults row ''*'' is no stage (22023)');
+SELECT throws_ok($$SELECT queue.enqueue_sql('SELECT 1', repeat => '10 ms')$$, '22023', NULL, 'a repeat under 1 second is 22023, as for enqueue');
+SELECT throws_ok(format('SELECT queue.enqueue_sql(%L)', 'SELECT ''' || repeat('x', 1048576) || ''''), '54000', NULL, 'a request over 1 MiB is 54000');
+RESET ROLE;
+SELECT is((SELECT count(*) FROM queue.live_tasks), 0::bigint, 'rejected calls wrote nothing');
+
+-- What a task holds.
+SET ROLE skiplock_t_alice;
+INSERT INTO ids VALUES ('now', queue.enqueue_sql('SELECT now()'));
+INSERT INTO ids VALUES ('later', queue.enqueue_sql('SELECT 2', stage => 'reports', run_at => now() + interval '5 minutes',
+                                                     timeout => '30 seconds', priority => -3, keep_history => false));
+INSERT INTO ids VALUES ('periodic', queue.enqueue_sql('SELECT 3', stage => 'reports', repeat => '5 minutes', drift => false));
+RESET ROLE;
+SELECT results_eq($$SELECT t.stage, t.status::text, t.run_as::text, t.payload FROM queue.live_tasks t JOIN ids USING (id) WHERE ids.name = 'now'$$,
+                  $$VALUES ('sql', 'ready', 'skiplock_t_alice', '{"sql": "SELECT now()", "timeout": null, "keep_history": true}'::jsonb)$$,
+                  'enqueue_sql: stage ''sql'' by default, ready, run as the caller, the request in the payload');
+SELECT results_eq($$SELECT t.stage, t.priority, t.run_at > now(), t.payload FROM queue.live_tasks t JOIN ids USING (id) WHERE ids.name = 'later'$$,
+                  $$VALUES ('reports', -3, true, '{"sql": "SELECT 2", "timeout": "00:00:30", "keep_history": false}'::jsonb)$$,
+                  'enqueue_sql keeps stage, priority, run_at, timeout and keep_history');
+SELECT results_eq($$SELECT t.repeat, t.drift FROM queue.live_tasks t JOIN ids USING (id) WHERE ids.name = 'periodic'$$,
+                  $$VALUES (interval '5 minutes', false)$$, 'enqueue_sql keeps repeat and drift');
+SELECT is(run_as::text, 'skiplock_t_alice', 'queue.tasks shows run_as') FROM queue.tasks JOIN ids USING (id) WHERE ids.name = 'now';
+SELECT is(run_as, NULL, 'an ordinary task has no run_as') FROM queue.live_tasks WHERE id = queue.enqueue('{}', 'plain');
+
+SET ROLE skiplock_t_alice;
+SELECT is(queue.enqueue_sql('SELECT 1', stage => 'capped', max => 2) IS NOT NULL, true, 'enqueue_sql with max');
+RESET ROLE;
+SELECT is(max_running, 2, 'max sets the stage''s max_running') FROM queue.stage_settings WHERE stage = 'capped';
+
+-- Keys: ignore, rerun, and whose key it is.
+SET ROLE skiplock_t_alice;
+INSERT INTO ids VALUES ('keyed', queue.enqueue_sql('SELECT ''v1''', stage => 'keys', key => 'k'));
+SELECT is(queue.enqueue_sql('SELECT ''v2''', stage => 'keys', key => 'k'), id, 'mode ignore returns the existing task') FROM ids WHERE name = 'keyed';
+RESET ROLE;
+SELECT is(payload ->> 'sql', 'SELECT ''v1''', 'mode ignore leaves the request as it was') FROM queue.live_tasks JOIN ids USING (id) WHERE name = 'keyed';
+SET ROLE skiplock_t_alice;
+SELECT is(queue.enqueue_sql('SELECT ''v3''', stage => 'keys', key => 'k', mode => 'rerun'), id, 'mode rerun re-runs the same task') FROM ids WHERE name = 'keyed';
+RESET ROLE;
+SELECT results_eq($$SELECT payload ->> 'sql', run_as::text FROM queue.live_tasks JOIN ids USING (id) WHERE name = 'keyed'$$,
+                  $$VALUES ('SELECT ''v3''', 'skiplock_t_alice')$$, 'mode rerun replaces the request and keeps the role');
+
+SET ROLE skiplock_t_bob;
+SELECT throws_ok($$SELECT queue.enqueue_sql('SELECT ''bob''', stage => 'keys', key => 'k', mode => 'rerun')$$, '42501', NULL,
+                 'another role cannot re-run the task (it would run its SQL as alice)');
+SELECT throws_ok($$SELECT queue.enqueue_sql('SELECT ''bob''', stage => 'keys', key => 'k')$$, '42501', NULL,
+                 'another role cannot even take over the key with mode ignore');
+RESET ROLE;
+SELECT queue.enqueue('{"plain": true}', 'keys', key => 'plain-key');
+SET ROLE skiplock_t_alice;
+SELECT throws_ok($$SELECT queue.enqueue_sql('SELECT 1', stage => 'keys', key => 'plain-key', mode => 'rerun')$$, '42501', NULL,
+                 'enqueue_sql cannot turn an ordinary task into an SQL task');
+RESET ROLE;
+SET ROLE skiplock_t_producer;
+SELECT throws_ok($$SELECT queue.enqueue('{"sql": "SELECT pg_read_file(''/etc/passwd'')"}', 'keys', key => 'k', mode => 'rerun')$$, '42501',
+                 'key k of stage keys belongs to an SQL task', 'a producer cannot replace an SQL task''s request with enqueue(mode rerun)');
+SELECT is(queue.enqueue('{}', 'keys', key => 'k'), id, 'enqueue(mode ignore) on an SQL task''s key returns it unchanged') FROM ids WHERE name = 'keyed';
+RESET ROLE;
+SELECT results_eq($$SELECT payload ->> 'sql', run_as::text FROM queue.live_tasks JOIN ids USING (id) WHERE name = 'keyed'$$,
+                  $$VALUES ('SELECT ''v3''', 'skiplock_t_alice')$$, 'after all that the task is alice''s, with her request');
+
+-- The executor's steps: claim, record.
+SET ROLE skiplock_t_executor;
+SELECT throws_ok($$SELECT queue.enqueue_sql('SELECT 1')$$, '42501', NULL, 'an executor cannot enqueue SQL tasks');
+CREATE TEMP TABLE claimed AS SELECT * FROM queue._sql_claim('sql', 'pgtap');
+RESET ROLE;
+SELECT results_eq($$SELECT c.id, c.request, c.run_as, c.timeout, c.attempt FROM claimed c$$,
+                  $$SELECT id, 'SELECT now()', 'skiplock_t_alice', interval '5 minutes', 1 FROM ids WHERE name = 'now'$$,
+                  '_sql_claim returns the request, the role, the stage''s lease as the timeout, the attempt');
+SELECT results_eq($$SELECT t.status::text, t.worker ~ ('^pgtap#' || pg_backend_pid() || '$'), t.lease_expires >= now() + interval '5 minutes 30 seconds'
+                      FROM queue.live_tasks t JOIN claimed c USING (id)$$,
+                  $$VALUES ('running', true, true)$$, 'the claimed task runs, its worker names the backend pid, its lease covers timeout + 30 s');
+SET ROLE skiplock_t_executor;
+SELECT is(queue._sql_record(id, lease, '{"rows": [[1]]}'), true, '_sql_record with a result finishes the task') FROM claimed;
+RESET ROLE;
+SELECT results_eq($$SELECT h.status::text, h.run_as::text, h.result FROM queue.history h JOIN claimed c USING (id)$$,
+                  $$VALUES ('done', 'skiplock_t_alice', '{"rows": [[1]]}'::jsonb)$$, 'history keeps the role and the result');
+SELECT is(result, '{"rows": [[1]]}'::jsonb, 'queue.tasks shows the result') FROM queue.tasks JOIN claimed USING (id);
+
+-- keep_history => false: the run leaves no row.
+UPDATE queue.live_tasks SET run_at = now() WHERE id = (SELECT id FROM ids WHERE name = 'later');
+SET ROLE skiplock_t_executor;
+SELECT is(queue._sql_record(c.id, c.lease, '{}'), true, 'a keep_history => false task finishes') FROM queue._sql_claim('reports', 'pgtap') c;
+RESET ROLE;
+SELECT is((SELECT count(*) FROM queue.tasks JOIN ids USING (id) WHERE name = 'later'), 0::bigint, 'and leaves no trace, live or in history');
+
+-- Errors: fail() decides by the stage's policy; give_back releases.
+SET ROLE skiplock_t_alice;
+INSERT INTO ids VALUES ('bad', queue.enqueue_sql('SELECT 1/0', stage => 'errs'));
+RESET ROLE;
+SET ROLE skiplock_t_executor;
+SELECT is(queue._sql_record(c.id, c.lease, NULL, '22012: division by zero'), true, '_sql_record with an error fails the attempt') FROM queue._sql_claim('errs') c;
+RESET ROLE;
+SELECT results_eq($$SELECT status::text, attempt, error_text, run_as::text FROM queue.live_tasks JOIN ids USING (id) WHERE name = 'bad'$$,
+                  $$VALUES ('error', 1, '22012: division by zero', 'skiplock_t_alice')$$, 'the task waits for a retry with the error and its role');
+UPDATE queue.live_tasks SET run_at = now() WHERE id = (SELECT id FROM ids WHERE name = 'bad');
+SET ROLE skiplock_t_executor;
+SELECT is(queue._sql_record(c.id, c.lease, NULL, NULL, give_back => true), true, 'give_back hands the task back') FROM queue._sql_claim('errs') c;
+RESET ROLE;
+SELECT results_eq($$SELECT status::text, attempt FROM queue.live_tasks JOIN ids USING (id) WHERE name = 'bad'$$,
+                  $$VALUES ('error', 1)$$, 'a handed-back task does not count the attempt (release)');
+SELECT queue.configure_stage('errs', max_attempts => 2);
+UPDATE queue.live_tasks SET run_at = now() WHERE id = (SELECT id FROM ids WHERE name = 'bad');
+SET ROLE skiplock_t_executor;
+SELECT is(queue._sql_record(c.id, c.lease, NULL, '22012: division by zero'), true, 'the last attempt fails') FROM queue._sql_claim('errs') c;
+RESET ROLE;
+SELECT results_eq($$SELECT status::text, run_as::text FROM queue.history JOIN ids USING (id) WHERE name = 'bad'$$,
+                  $$VALUES ('fatal', 'skiplock_t_alice')$$, 'out of attempts the task is fatal, its role kept in history');
+SELECT lives_ok($$SELECT queue.retry(id) FROM ids WHERE name = 'bad'$$, 'an admin retries the fatal SQL task');
+SELECT results_eq($$SELECT status::text, run_as::text, payload ->> 'sql' FROM queue.live_tasks JOIN ids USING (id) WHERE name = 'bad'$$,
+                  $$VALUES ('ready', 'skiplock_t_alice', 'SELECT 1/0')$$, 'retry brings back the request and its role');
+SELECT lives_ok($$SELECT queue.cancel(id) FROM ids WHERE name = 'bad'$$, 'an admin cancels it');
+SELECT is(run_as::text, 'skiplock_t_alice', 'the cancelled row keeps its role') FROM queue.history JOIN ids USING (id) WHERE name = 'bad' AND status = 'cancelled';
+
+-- An ordinary task in an SQL stage is not run: fatal at the claim.
+SELECT queue.enqueue('{"sql": "SELECT 1"}', 'sqlonly') AS plain_id \gset
+SET ROLE skiplock_t_executor;
+SELECT is((SELECT count(*) FROM queue._sql_claim('sqlonly')), 0::bigint, '_sql_claim skips an ordinary task');
+RESET ROLE;
+SELECT results_eq(format($$SELECT status::text, error_text FROM queue.history WHERE id = %s$$, :plain_id),
+                  $$VALUES ('fatal', 'not an SQL task: run_sql_tasks runs only tasks added with enqueue_sql')$$,
+                  'and makes it fatal, saying why');
+
+-- The watchdog's list: running SQL tasks past their timeout, with the executor's pid.
+SET ROLE skiplock_t_alice;
+INSERT INTO ids VALUES ('slow', queue.enqueue_sql('SELECT pg_sleep(60)', stage => 'slow', timeout => '1 second'));
+RESET ROLE;
+SET ROLE skiplock_t_executor;
+CREATE TEMP TABLE slow AS SELECT * FROM queue._sql_claim('slow', 'pgtap');
+SELECT is_empty($$SELECT * FROM queue._sql_overdue()$$, 'a task within its timeout is not overdue');
+RESET ROLE;
+UPDATE queue.live_tasks SET started = now() - interval '2 seconds' WHERE id = (SELECT id FROM slow);
+SET ROLE skiplock_t_executor;
+SELECT results_eq($$SELECT id, pid FROM queue._sql_overdue()$$, $$SELECT id, pg_backend_pid() FROM slow$$,
+                  'past its timeout it is listed with the pid of the backend that claimed it');
+RESET ROLE;
+
+-- Privileges: the executor's helpers belong to skiplock_sql_executor alone.
+SELECT ok(NOT has_function_privilege('skiplock_worker', 'queue._sql_claim(text,text)', 'EXECUTE'), 'a worker cannot claim SQL tasks');
+SELECT ok(NOT has_function_privilege('skiplock_sql', 'queue._sql_record(bigint,uuid,jsonb,text,boolean)', 'EXECUTE'), 'an SQL producer cannot record results');
+SELECT ok(NOT has_function_privilege('skiplock_sql', 'queue.run_sql_tasks(text,integer,text,integer)', 'EXECUTE'), 'an SQL producer cannot run the executor');
+SELECT ok(has_function_privilege('skiplock_sql_executor', 'queue.run_sql_tasks(text,integer,text,integer)', 'EXECUTE'), 'skiplock_sql_executor may CALL run_sql_tasks');
+
+SELECT * FROM finish();
+ROLLBACK;

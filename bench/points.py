@@ -54,14 +54,17 @@ def ceilings(cluster: devdb.Cluster, clients: int, seconds: float) -> list[Point
     return points
 
 
-def enqueue(cluster: devdb.Cluster, design: Design, clients: int, seconds: float, notify: bool = True) -> Point:
-    """W1: one task per transaction. notify=False: into a stage configured with notify => false,
-    the setting for very high enqueue rates (NOTIFY makes committing enqueues take turns)."""
-    stage, name = ("w1", design.name) if notify else ("w1.quiet", f"{design.name}-notify-off")
+def enqueue(cluster: devdb.Cluster, design: Design, clients: int, seconds: float, waiting: bool = False) -> Point:
+    """W1: one task per transaction. No worker waits on the stage, so skiplock sends no NOTIFY
+    (as on a busy stage). waiting=True: a take_next on the empty stage first marks it as waited
+    on (for a minute: longer than a point), so every enqueue sends NOTIFY, which makes committing
+    enqueues take turns: the cost of instant wake-ups (bench/NOTIFY.md)."""
+    stage, name = ("w1.waiting", f"{design.name}-waiting") if waiting else ("w1", design.name)
     with _connect(cluster, design) as conn:
         designs.reset(conn, design)
-        if not notify:
-            conn.execute("SELECT queue.configure_stage(%s, notify => false)", (stage,))
+        if waiting:
+            assert seconds < 50, "the waiting mark lasts a minute"
+            conn.execute("SELECT count(*) FROM queue.take_next(%s)", (stage,))
         conn.execute("CHECKPOINT")
     s = pgbench.run(cluster, design.dbname, design.enqueue_script, clients, seconds, {"stage": stage, "n": "1"})
     log(f"  W1  {name:8} {clients:2} clients: {s.tps:9,.0f} jobs/s")

@@ -160,7 +160,7 @@ def run_pass(name: str, settings: dict[str, str], cfg: Config, only: set[str], t
             for c in cfg.clients:
                 result["points"].append(points.enqueue(cluster, design, c, seconds).as_dict())
         for c in cfg.clients:
-            result["points"].append(points.enqueue(cluster, SKIPLOCK, c, seconds, notify=False).as_dict())
+            result["points"].append(points.enqueue(cluster, SKIPLOCK, c, seconds, waiting=True).as_dict())
 
     def w1b() -> None:
         for c in cfg.clients:

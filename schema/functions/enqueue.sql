@@ -17,7 +17,8 @@
 --              characters).
 -- A restricted stage (see grant_stage) raises 42501 unless the caller may enqueue into it; so
 -- does mode 'rerun' on the key of an SQL task (enqueue_sql), whose payload is its request.
--- Writes queue.live_tasks; sends NOTIFY on channel 'skiplock.<stage>' unless the stage turned it off.
+-- Writes queue.live_tasks; sends NOTIFY on channel 'skiplock.<stage>' while a worker waits on the
+-- stage (queue.stage_waiters), unless the stage turned it off.
 CREATE OR REPLACE FUNCTION queue.enqueue(
         payload   jsonb,
         stage     text        DEFAULT 'default',
@@ -140,12 +141,14 @@ BEGIN
         END IF;
     END IF;
 
-    IF v_settings.notify THEN
+    -- Only while a worker waits (take_next found the stage empty): NOTIFY serialises commits.
+    IF v_settings.notify
+       AND EXISTS (SELECT 1 FROM queue.stage_waiters w WHERE w.stage = enqueue.stage AND w.until > v_now) THEN
         PERFORM pg_catalog.pg_notify('skiplock.' || enqueue.stage, '');
     END IF;
     RETURN v_id;
 END
 $$;
-COMMENT ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text) IS 'Adds a task to a stage and returns its id. With a key, an existing live task of that key is kept (mode ''ignore'') or re-run with the new payload (mode ''rerun''). repeat makes it periodic (drift: plan from the slot, not the finish); group_key counts it against the stage''s group_limit. Raises 22004/22023/54000 for bad arguments, 42501 when the stage is restricted to other roles (grant_stage). Inserts one row into queue.live_tasks; wakes listeners on channel skiplock.<stage>.';
+COMMENT ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text) IS 'Adds a task to a stage and returns its id. With a key, an existing live task of that key is kept (mode ''ignore'') or re-run with the new payload (mode ''rerun''). repeat makes it periodic (drift: plan from the slot, not the finish); group_key counts it against the stage''s group_limit. Raises 22004/22023/54000 for bad arguments, 42501 when the stage is restricted to other roles (grant_stage). Inserts one row into queue.live_tasks; wakes listeners on channel skiplock.<stage> while a worker waits (stage_waiters).';
 REVOKE ALL ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text) TO skiplock_producer, skiplock_admin;

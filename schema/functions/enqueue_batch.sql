@@ -65,11 +65,13 @@ BEGIN
      ORDER BY p.ord
     RETURNING t.id;
 
-    IF v_settings.notify THEN
+    -- Only while a worker waits (take_next found the stage empty): NOTIFY serialises commits.
+    IF v_settings.notify
+       AND EXISTS (SELECT 1 FROM queue.stage_waiters w WHERE w.stage = enqueue_batch.stage AND w.until > v_now) THEN
         PERFORM pg_catalog.pg_notify('skiplock.' || enqueue_batch.stage, '');
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue.enqueue_batch(jsonb[], text, integer, timestamptz, text) IS 'Adds many tasks to a stage in one statement, all or nothing, and returns their ids in order. No keys or repeats (use enqueue); one optional group_key for all. Raises 22004/22023/54000 for bad arguments, 42501 when the stage is restricted to other roles (grant_stage). Inserts into queue.live_tasks; one NOTIFY on skiplock.<stage>.';
+COMMENT ON FUNCTION queue.enqueue_batch(jsonb[], text, integer, timestamptz, text) IS 'Adds many tasks to a stage in one statement, all or nothing, and returns their ids in order. No keys or repeats (use enqueue); one optional group_key for all. Raises 22004/22023/54000 for bad arguments, 42501 when the stage is restricted to other roles (grant_stage). Inserts into queue.live_tasks; one NOTIFY on skiplock.<stage> while a worker waits (stage_waiters).';
 REVOKE ALL ON FUNCTION queue.enqueue_batch(jsonb[], text, integer, timestamptz, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.enqueue_batch(jsonb[], text, integer, timestamptz, text) TO skiplock_producer, skiplock_admin;

@@ -101,7 +101,8 @@ BEGIN
                       HINT = 'Finish without next_stage, or cancel the other task first.';
         END;
         IF v_count = 1 THEN
-            IF v_next.notify THEN
+            IF v_next.notify
+               AND EXISTS (SELECT 1 FROM queue.stage_waiters w WHERE w.stage = finish.next_stage AND w.until > v_now) THEN
                 PERFORM pg_catalog.pg_notify('skiplock.' || finish.next_stage, '');
             END IF;
             RETURN true;

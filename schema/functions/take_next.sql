@@ -14,6 +14,8 @@
 -- is skipped, never waited on (see _take_grouped). Stages without limits take no lock and run
 -- the claim query alone. A paused stage (configure_stage(stage, paused => true)) hands out nothing.
 -- A restricted stage (see grant_stage) raises 42501 unless the caller may take from it.
+-- Finding nothing due, it records that a worker waits (queue.stage_waiters, about once per 30 s),
+-- which turns on the NOTIFY of enqueues into the stage for a minute.
 -- Locks: the claimed rows only (and, in a limited stage, the stage's advisory lock). Writes
 -- queue.live_tasks.
 CREATE OR REPLACE FUNCTION queue.take_next(
@@ -82,6 +84,9 @@ BEGIN
             SELECT g.id, g.payload, g.attempt, g.lease, g.lease_expires, g.priority, g.key
               FROM queue._take_grouped(take_next.stage, take_next.batch, v_settings.group_limit,
                                        v_now, v_lease, take_next.worker) g;
+            IF NOT FOUND THEN
+                PERFORM queue._mark_waiting(take_next.stage);
+            END IF;
             RETURN;
         END IF;
     END IF;
@@ -108,8 +113,12 @@ BEGIN
       FROM picked
      WHERE t.id = picked.id
     RETURNING t.id, t.payload, t.attempt, t.lease, t.lease_expires, t.priority, t.key;
+    -- Nothing due: the caller will wait on the stage's channel, so enqueues must NOTIFY.
+    IF NOT FOUND THEN
+        PERFORM queue._mark_waiting(take_next.stage);
+    END IF;
 END
 $$;
-COMMENT ON FUNCTION queue.take_next(text, integer, interval, text) IS 'Claims up to batch due tasks of a stage (lowest priority, then run_at, then id; FOR UPDATE SKIP LOCKED, never waits) and returns each with its attempt and lease token. Locks only the rows it claims; a stage with max_running or group_limit also serialises its takers on an advisory lock until their transaction ends (limits hold for READ COMMITTED callers). Returns nothing while the stage is paused; raises 42501 when the stage is restricted to other roles (grant_stage).';
+COMMENT ON FUNCTION queue.take_next(text, integer, interval, text) IS 'Claims up to batch due tasks of a stage (lowest priority, then run_at, then id; FOR UPDATE SKIP LOCKED, never waits) and returns each with its attempt and lease token. Locks only the rows it claims; a stage with max_running or group_limit also serialises its takers on an advisory lock until their transaction ends (limits hold for READ COMMITTED callers). Finding nothing due it marks the stage as waited on (stage_waiters), so enqueues NOTIFY. Returns nothing while the stage is paused; raises 42501 when the stage is restricted to other roles (grant_stage).';
 REVOKE ALL ON FUNCTION queue.take_next(text, integer, interval, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.take_next(text, integer, interval, text) TO skiplock_worker, skiplock_admin;

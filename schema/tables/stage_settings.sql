@@ -34,7 +34,7 @@ COMMENT ON COLUMN queue.stage_settings.backoff IS 'linear: backoff_base * attemp
 COMMENT ON COLUMN queue.stage_settings.backoff_base IS 'First retry delay, the unit of the backoff.';
 COMMENT ON COLUMN queue.stage_settings.backoff_cap IS 'Longest retry delay.';
 COMMENT ON COLUMN queue.stage_settings.backoff_jitter IS 'Random spread of the retry delay, as a fraction of it (0.1 = plus or minus 10 %), so failed tasks do not retry in lockstep.';
-COMMENT ON COLUMN queue.stage_settings.notify IS 'Whether enqueue sends NOTIFY on channel skiplock.<stage> to wake idle workers. Turn off for very high enqueue rates: NOTIFY serialises commits.';
+COMMENT ON COLUMN queue.stage_settings.notify IS 'Whether enqueue sends NOTIFY on channel skiplock.<stage> to wake idle workers (only while one waits: queue.stage_waiters). Turn off for very high enqueue rates into a stage whose workers often wait: NOTIFY serialises commits.';
 COMMENT ON COLUMN queue.stage_settings.updated IS 'When this row was last changed.';
 COMMENT ON COLUMN queue.stage_settings.max_running IS 'At most this many tasks of the stage run at once; take_next hands out no more. NULL: no cap. A capped stage serialises its takers (see take_next).';
 COMMENT ON COLUMN queue.stage_settings.group_limit IS 'At most this many tasks of one group_key run at once in the stage (1: one at a time per group, in claim order); tasks without a group_key are not counted. NULL: no cap.';

@@ -310,6 +310,8 @@ def test_wakeup_falls_back_to_slow_poll_without_notify(url: str, capsys: pytest.
         listener = psycopg.connect(url, autocommit=True)
         try:
             listener.execute(f'LISTEN "skiplock.{stage}"')
+            # A worker waits (take_next found the stage empty): only the setting keeps enqueue quiet.
+            assert conn.execute("SELECT count(*) FROM queue.take_next(%s)", (stage,)).fetchone()[0] == 0
             conn.execute("SELECT queue.enqueue('{}', stage => %s)", (stage,))
             assert list(listener.notifies(timeout=0.5)) == [], "enqueue notified a stage with notify off"
         finally:

@@ -172,7 +172,9 @@ SELECT results_eq(
 
 -- Wake-ups ---------------------------------------------------------------------------------------
 -- The longest stage name (54 bytes) gives the longest channel, skiplock.<54 bytes> = 63 bytes;
--- pg_notify raises on a longer one at the call, so this proves the NOTIFY goes through.
+-- pg_notify raises on a longer one at the call, so this proves the NOTIFY goes through. Enqueue
+-- notifies only while a worker waits: an empty take_next makes it so.
+SELECT pg_catalog.count(*) FROM queue.take_next(pg_catalog.repeat('s', 54));
 SELECT lives_ok(
     $$SELECT queue.enqueue('{}', stage => pg_catalog.repeat('s', 54))$$,
     'a 54-byte stage name is accepted and its NOTIFY channel skiplock.<stage> fits'

@@ -1,0 +1,75 @@
+"""Wake-ups are sent only while a worker waits.
+
+NOTIFY makes every notifying commit queue on one database-wide lock (bench/NOTIFY.md), so
+enqueue sends it only while queue.stage_waiters says a worker found the stage empty in the last
+minute (take_next writes that). A busy stage, whose workers always find work, enqueues without
+NOTIFY; an idle one wakes its workers within milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+
+@pytest.fixture
+def listener(db: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(db, autocommit=True) as conn:
+        yield conn
+
+
+def channels(listener: psycopg.Connection, timeout: float) -> list[str]:
+    return [n.channel for n in listener.notifies(timeout=timeout)]
+
+
+def test_enqueue_without_a_waiting_worker_sends_no_notify(conn: psycopg.Connection, listener: psycopg.Connection):
+    listener.execute('LISTEN "skiplock.wake.busy"')
+    conn.execute("SELECT queue.enqueue('{}', 'wake.busy')")
+    conn.execute("SELECT queue.enqueue_batch(ARRAY['{}', '{}']::jsonb[], 'wake.busy')")
+    # A worker that finds work does not count as waiting.
+    assert conn.execute("SELECT count(*) FROM queue.take_next('wake.busy')").fetchone()[0] == 1
+    conn.execute("SELECT queue.enqueue('{}', 'wake.busy')")
+    assert channels(listener, 0.5) == []
+    assert conn.execute("SELECT count(*) FROM queue.stage_waiters WHERE stage = 'wake.busy'").fetchone()[0] == 0
+
+
+def test_a_worker_finding_the_stage_empty_turns_wakeups_on(conn: psycopg.Connection, listener: psycopg.Connection):
+    listener.execute('LISTEN "skiplock.wake.idle"')
+    assert conn.execute("SELECT count(*) FROM queue.take_next('wake.idle')").fetchone()[0] == 0
+    until = conn.execute("SELECT until - now() FROM queue.stage_waiters WHERE stage = 'wake.idle'").fetchone()[0]
+    assert 50 <= until.total_seconds() <= 60
+    conn.execute("SELECT queue.enqueue('{}', 'wake.idle')")
+    conn.execute("SELECT queue.enqueue_batch(ARRAY['{}']::jsonb[], 'wake.idle')")
+    assert channels(listener, 2.0)[:2] == ["skiplock.wake.idle", "skiplock.wake.idle"]
+
+
+def test_finish_into_a_waited_on_stage_notifies_it(conn: psycopg.Connection, listener: psycopg.Connection):
+    listener.execute('LISTEN "skiplock.wake.next"')
+    assert conn.execute("SELECT count(*) FROM queue.take_next('wake.next')").fetchone()[0] == 0
+    conn.execute("SELECT queue.enqueue('{}', 'wake.first')")
+    task_id, lease = conn.execute("SELECT id, lease FROM queue.take_next('wake.first')").fetchone()
+    assert conn.execute("SELECT queue.finish(%s, %s, next_stage => 'wake.next')", (task_id, lease)).fetchone()[0]
+    assert channels(listener, 2.0) == ["skiplock.wake.next"]
+
+
+def test_wakeups_stop_a_minute_after_the_last_empty_take(conn: psycopg.Connection, listener: psycopg.Connection):
+    listener.execute('LISTEN "skiplock.wake.stale"')
+    assert conn.execute("SELECT count(*) FROM queue.take_next('wake.stale')").fetchone()[0] == 0
+    conn.execute("UPDATE queue.stage_waiters SET until = now() - interval '1 second' WHERE stage = 'wake.stale'")
+    conn.execute("SELECT queue.enqueue('{}', 'wake.stale')")
+    assert channels(listener, 0.5) == []
+
+
+def test_idle_polls_refresh_the_mark_only_when_it_runs_low(conn: psycopg.Connection):
+    assert conn.execute("SELECT count(*) FROM queue.take_next('wake.poll')").fetchone()[0] == 0
+    first = conn.execute("SELECT until, xmin::text FROM queue.stage_waiters WHERE stage = 'wake.poll'").fetchone()
+    for _ in range(5):
+        conn.execute("SELECT count(*) FROM queue.take_next('wake.poll')")
+    assert conn.execute("SELECT until, xmin::text FROM queue.stage_waiters WHERE stage = 'wake.poll'").fetchone() == first, \
+        "an idle poll rewrote a fresh mark"
+    conn.execute("UPDATE queue.stage_waiters SET until = now() + interval '10 seconds' WHERE stage = 'wake.poll'")
+    conn.execute("SELECT count(*) FROM queue.take_next('wake.poll')")
+    left = conn.execute("SELECT until - now() FROM queue.stage_waiters WHERE stage = 'wake.poll'").fetchone()[0]
+    assert left.total_seconds() > 50, "a mark with 10 s left was not refreshed"

@@ -22,7 +22,10 @@ import psycopg
 from alembic import context
 from sqlalchemy import create_engine, pool, text
 
-from skiplock.migrate import MIGRATION_LOCK_KEY, backoff, is_lock_timeout, libpq_url, lock_settings
+from alembic.script import ScriptDirectory
+
+from skiplock.migrate import (MIGRATION_LOCK_KEY, backoff, is_lock_timeout, is_retryable, libpq_url,
+                              lock_queue_tables, lock_settings)
 
 config = context.config
 log = logging.getLogger("alembic.env")
@@ -55,6 +58,16 @@ def run_once(url: str, lock_timeout: str) -> None:
             connection.execute(text("SELECT set_config('lock_timeout', :t, true)"), {"t": lock_timeout})
             # The version table lives in schema queue, which must exist before Alembic looks.
             connection.execute(text("CREATE SCHEMA IF NOT EXISTS queue"))
+            # Something to do: take every queue table at once before the first DDL, so that the
+            # run never holds one table while it queues for another (see lock_queue_tables).
+            target = context.get_revision_argument()
+            heads = set(ScriptDirectory.from_config(config).get_heads())
+            if target is not None and not (target in ("head", "heads")
+                                           and set(context.get_context().get_current_heads()) == heads):
+                nowait = connection.execute(text(
+                    "SELECT EXTRACT(epoch FROM pg_catalog.current_setting('lock_timeout')::interval)")).scalar()
+                how = lock_queue_tables(connection, float(nowait))
+                log.info("skiplock: queue tables locked (%s)", how)
             context.run_migrations()
 
 
@@ -66,7 +79,11 @@ def run_migrations_online() -> None:
             run_once(url, lock_timeout)
             return
         except Exception as e:
-            if not is_lock_timeout(e):
+            if not is_retryable(e):
+                raise
+            if attempt == attempts and not is_lock_timeout(e):
+                e.add_note(f"skiplock: the migration was chosen by the deadlock detector in each of {attempts} "
+                           "tries and rolled back each time (nothing applied); retry it.")
                 raise
             if attempt == attempts:
                 e.add_note(f"skiplock: the migration waited more than lock_timeout={lock_timeout} for a lock "
@@ -75,8 +92,9 @@ def run_migrations_online() -> None:
                            "-x lock_timeout=… -x lock_attempts=…")
                 raise
             delay = backoff(attempt)
-            log.warning("lock_timeout (%s) hit on try %d of %d, rolled back; retrying in %.1f s: %s",
-                        lock_timeout, attempt, attempts, delay, str(e).splitlines()[0])
+            log.warning("%s on try %d of %d, rolled back; retrying in %.1f s: %s",
+                        f"lock_timeout ({lock_timeout}) hit" if is_lock_timeout(e) else "deadlock",
+                        attempt, attempts, delay, str(e).splitlines()[0])
             time.sleep(delay)
 
 

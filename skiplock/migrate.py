@@ -25,6 +25,7 @@ Lock safety (alembic/env.py applies it to every `alembic upgrade`/`downgrade`, C
 from __future__ import annotations
 
 import os
+import time
 import random
 from pathlib import Path
 from typing import Any, Sequence
@@ -39,6 +40,8 @@ DEFAULT_LOCK_ATTEMPTS = 5
 BACKOFF_FIRST = 1.0   # seconds before the second try; doubles each time
 BACKOFF_CAP = 30.0
 LOCK_NOT_AVAILABLE = "55P03"
+DEADLOCK_DETECTED = "40P01"
+LOCK_ORDER = ["stage_settings", "stage_access", "live_tasks", "stage_waiters", "history", "history_policy", "schedules"]
 
 
 def libpq_url(url: str) -> str:
@@ -98,6 +101,17 @@ def lock_settings(x_args: dict[str, str], attributes: dict[str, Any]) -> tuple[s
 def is_lock_timeout(error: BaseException) -> bool:
     """True when error (or what it wraps: SQLAlchemy's .orig, __cause__, __context__) is a
     PostgreSQL 55P03 lock_not_available, i.e. lock_timeout fired."""
+    return _sqlstate_in(error, {LOCK_NOT_AVAILABLE})
+
+
+def is_retryable(error: BaseException) -> bool:
+    """True for what a whole-run retry cures: 55P03 (lock_timeout) and 40P01 (the deadlock
+    detector chose the migration: it waited for a table lock that a worker holding another
+    table's lock was waiting for)."""
+    return _sqlstate_in(error, {LOCK_NOT_AVAILABLE, DEADLOCK_DETECTED})
+
+
+def _sqlstate_in(error: BaseException, states: set[str]) -> bool:
     seen: set[int] = set()
     todo: list[BaseException | None] = [error]
     while todo:
@@ -105,7 +119,7 @@ def is_lock_timeout(error: BaseException) -> bool:
         if e is None or id(e) in seen:
             continue
         seen.add(id(e))
-        if getattr(e, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+        if getattr(e, "sqlstate", None) in states:
             return True
         todo += [getattr(e, "orig", None), e.__cause__, e.__context__]
     return False
@@ -115,3 +129,54 @@ def backoff(attempt: int, rng: random.Random | None = None) -> float:
     """Seconds to wait after failed try number `attempt` (1-based): 1, 2, 4 … s, capped, + 0–50 % jitter."""
     base = min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** (attempt - 1))
     return base * (1 + 0.5 * (rng or random).random())
+
+
+def lock_queue_tables(connection: Any, nowait_seconds: float, pause: float = 0.02) -> str:
+    """Take ACCESS EXCLUSIVE on every table of schema queue at once, before the first DDL.
+
+    Revisions alter tables (ADD COLUMN needs ACCESS EXCLUSIVE) one statement at a time, and
+    workers lock the same tables in different orders (take_next: stage_settings then live_tasks;
+    fail: live_tasks then stage_settings). A migration that holds one table while it queues for
+    the next can close a cycle with a worker, and the deadlock detector may then abort the
+    worker's call. So the run first tries to get all the tables in one LOCK … NOWAIT, which never
+    queues (workers never wait behind it) and either gets every lock or none: no cycle can form.
+    It retries that every `pause` seconds for `nowait_seconds`, then queues for them in one LOCK
+    statement, bounded by lock_timeout like any other wait (55P03 → the whole run is retried).
+    nowait_seconds 0 (lock_timeout 0: wait for ever) queues at once. Returns how it got them:
+    'none' (no tables yet), 'nowait' or 'queued'."""
+    from sqlalchemy import text
+    found = [r[0] for r in connection.execute(text(
+        "SELECT c.relname::text FROM pg_catalog.pg_class c"
+        " WHERE c.relnamespace = 'queue'::regnamespace AND c.relkind IN ('r', 'p')"
+        " AND NOT c.relispartition AND c.relname <> 'skiplock_version' ORDER BY c.relname"))]
+    if not found:
+        return "none"
+    # When it has to queue, in the order most calls take them (settings, then the hot table,
+    # then history), which leaves fewer cycles to close.
+    tables = ["queue." + t for t in sorted(found, key=lambda t: (LOCK_ORDER.index(t) if t in LOCK_ORDER else len(LOCK_ORDER), t))]
+    lock = "LOCK TABLE " + ", ".join(tables) + " IN ACCESS EXCLUSIVE MODE"
+    deadline = time.monotonic() + nowait_seconds
+    while time.monotonic() < deadline:
+        connection.execute(text("SAVEPOINT skiplock_table_locks"))
+        try:
+            connection.execute(text(lock + " NOWAIT"))
+        except Exception as e:
+            if not is_lock_timeout(e):
+                raise
+            connection.execute(text("ROLLBACK TO SAVEPOINT skiplock_table_locks"))
+            time.sleep(pause)
+            continue
+        connection.execute(text("RELEASE SAVEPOINT skiplock_table_locks"))
+        return "nowait"
+    # Queued, the run may still close a cycle with a worker (fail() takes live_tasks, then
+    # stage_settings); let the deadlock detector pick the run (retried) rather than the worker:
+    # it checks a waiter after deadlock_timeout, so the run's shorter one makes it look first.
+    # Only a superuser may set it; otherwise the server's value stays.
+    connection.execute(text("SAVEPOINT skiplock_deadlock_timeout"))
+    try:
+        connection.execute(text("SET LOCAL deadlock_timeout = '100ms'"))
+        connection.execute(text("RELEASE SAVEPOINT skiplock_deadlock_timeout"))
+    except Exception:
+        connection.execute(text("ROLLBACK TO SAVEPOINT skiplock_deadlock_timeout"))
+    connection.execute(text(lock))
+    return "queued"

@@ -91,6 +91,13 @@ def process(cluster: devdb.Cluster, design: Design, clients: int, seconds: float
     return _process(cluster, design, "W2", design.process_script, {"stage": "w2"}, clients, seconds, preload)
 
 
+def process_combined(cluster: devdb.Cluster, clients: int, seconds: float, preload: int) -> Point:
+    """W2 with finish_and_take: finish the previous task and take the next in one call, one commit."""
+    return _process(cluster, designs.SKIPLOCK, "W2", "process_combined.sql",
+                    {"stage": "w2", "id": "0", "lease": "00000000-0000-0000-0000-000000000000"},
+                    clients, seconds, preload, name="skiplock-combined")
+
+
 def process_batch(cluster: devdb.Cluster, clients: int, seconds: float, preload: int) -> Point:
     """W2b: take 100, finish 100 in one call (skiplock only)."""
     return _process(cluster, designs.SKIPLOCK, "W2b", "process_batch.sql",
@@ -98,7 +105,8 @@ def process_batch(cluster: devdb.Cluster, clients: int, seconds: float, preload:
 
 
 def _process(cluster: devdb.Cluster, design: Design, workload: str, script: str, variables: dict[str, str],
-             clients: int, seconds: float, preload: int) -> Point:
+             clients: int, seconds: float, preload: int, name: str | None = None) -> Point:
+    name = name or design.name
     stage = variables["stage"]
     with _connect(cluster, design) as conn:
         designs.reset(conn, design)
@@ -111,6 +119,6 @@ def _process(cluster: devdb.Cluster, design: Design, workload: str, script: str,
         left = design.count(conn, design.ready_sql, stage)
     jobs = s.tps * finished / s.transactions if s.transactions else 0.0
     drained = left == 0
-    log(f"  {workload:3} {design.name:8} {clients:2} clients: {jobs:9,.0f} jobs/s"
+    log(f"  {workload:3} {name:8} {clients:2} clients: {jobs:9,.0f} jobs/s"
         + ("  (backlog ran out: a lower bound)" if drained else ""))
-    return Point(workload, design.name, clients, seconds, jobs, s.tps, s.transactions, s.failed, finished, drained)
+    return Point(workload, name, clients, seconds, jobs, s.tps, s.transactions, s.failed, finished, drained)

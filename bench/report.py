@@ -12,7 +12,8 @@ ORDER = [("ceiling-insert", "ceiling", "ceiling: single-row INSERT (tx/s)"),
          ("W1", "skiplock-waiting", "W1 enqueue while a worker waits (each sends NOTIFY)"),
          ("W1", "seed", "W1 seed baseline: the article's insert"),
          ("W1b", "skiplock", "W1b enqueue_batch, 1,000 per call"),
-         ("W2", "skiplock", "W2 take_next + finish"),
+         ("W2", "skiplock", "W2 take_next + finish (2 calls, 2 commits)"),
+         ("W2", "skiplock-combined", "W2 finish_and_take (1 call, 1 commit)"),
          ("W2", "seed", "W2 seed baseline: the article's take + finish"),
          ("W2b", "skiplock", "W2b take 100 + finish_batch 100")]
 
@@ -60,9 +61,12 @@ def targets(results: dict) -> list[tuple[str, str, bool | None]]:
     add("W1 ≥ 0.85 × INSERT ceiling while a worker waits (every enqueue sends NOTIFY; 16 clients)",
         w1q and ratio(p, w1q["jobs_per_s"], 16), 0.85,
         w1q and f"{w1q['jobs_per_s']:,.0f} jobs/s = {_x(ratio(p, w1q['jobs_per_s'], 16))}")
-    w2 = point(p, "W2", "skiplock", 16)
+    # W2 as a worker would run it: the combined call when it does better (the issue allows it).
+    w2 = max((x for x in (point(p, "W2", "skiplock", 16), point(p, "W2", "skiplock-combined", 16)) if x),
+             key=lambda x: x["jobs_per_s"], default=None)
+    how = w2 and ("finish_and_take" if w2["design"] == "skiplock-combined" else "take_next + finish")
     add("W2 ≥ 0.40 × INSERT ceiling (16 clients)", w2 and ratio(p, w2["jobs_per_s"], 16), 0.40,
-        w2 and f"{w2['jobs_per_s']:,.0f} jobs/s = {_x(ratio(p, w2['jobs_per_s'], 16))}")
+        w2 and f"{w2['jobs_per_s']:,.0f} jobs/s = {_x(ratio(p, w2['jobs_per_s'], 16))} ({how})")
     seed = point(p, "W2", "seed", 16)
     rel = w2["jobs_per_s"] / seed["jobs_per_s"] if w2 and seed and seed["jobs_per_s"] else None
     add("W2 ≥ 2 × seed baseline (16 clients)", rel, 2.0,

@@ -253,10 +253,10 @@ def test_hostile_input_to_every_public_function(hostile_db: str):
         outcomes: dict[str, int] = defaultdict(int)
 
         def valid(fn: str, arg: str) -> Any:
-            if arg == "id":
+            if arg in ("id", "finished_id"):
                 return [running_id] if fn == "finish_batch" else \
                     ready if fn in ("cancel", "retry", "set_priority") else running_id
-            if arg == "lease":
+            if arg in ("lease", "finished_lease"):
                 return [lease] if fn == "finish_batch" else lease
             if arg not in BASELINE:
                 problems.append(f"{fn}: required argument {arg} has no valid value in BASELINE")
@@ -293,7 +293,7 @@ def test_hostile_input_to_every_public_function(hostile_db: str):
             # Every argument with a known valid value gets it (so that, e.g., take_next works on
             # the baseline's stage); the others keep their defaults.
             base = {a: (t, valid(fn, a)) for a, t in args
-                    if (a, t) in required or a in BASELINE or a in ("id", "lease")}
+                    if (a, t) in required or a in BASELINE or a in ("id", "lease", "finished_id", "finished_lease")}
             if not args:
                 assert fn in NO_ARGUMENTS, f"{fn} takes no argument: add it to NO_ARGUMENTS"
                 run(fn, {}, "no arguments", None, None)

@@ -21,6 +21,7 @@ SELECT set_eq(
         'queue.enqueue_sql(text,text,timestamp with time zone,interval,integer,text,text,interval,boolean,integer,boolean)',
         'queue.fail(bigint,uuid,text,boolean,interval)',
         'queue.finish(bigint,uuid,text)',
+        'queue.finish_and_take(bigint,uuid,text,integer,interval,text)',
         'queue.finish_batch(bigint[],uuid[])',
         'queue.fire_schedules(timestamp with time zone)',
         'queue.grant_stage(text,regrole,boolean,boolean)',
@@ -170,8 +171,9 @@ SELECT set_eq(
           'queue.finish(bigint,uuid,text)',
           'queue.finish_batch(bigint[],uuid[])',
           'queue.fail(bigint,uuid,text,boolean,interval)',
-          'queue.release(bigint,uuid)'],
-    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail and release and nothing else'
+          'queue.release(bigint,uuid)',
+          'queue.finish_and_take(bigint,uuid,text,integer,interval,text)'],
+    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail, release and finish_and_take and nothing else'
 );
 
 SELECT is_empty(

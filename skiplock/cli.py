@@ -60,6 +60,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return m.run(database_url(args), args)
 
 
+def cmd_run_sql(args: argparse.Namespace) -> int:
+    from skiplock import cmd_run_sql as m
+    return m.run(database_url(args), args)
+
+
 def cmd_stats(args: argparse.Namespace) -> int:
     from skiplock import cmd_stats as m
     return m.stats(database_url(args), args)
@@ -158,6 +163,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no line per task on stderr")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command and its arguments, after --")
     p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("run-sql", parents=[db], help="run the SQL tasks of a stage (queue.enqueue_sql) in N connections",
+                       description="Run due SQL tasks of a stage: each of --concurrency connections loops "
+                                   "CALL queue.run_sql_tasks(stage, K), which runs each request as the role that "
+                                   "enqueued it and commits after each; an idle connection sleeps on LISTEN with a "
+                                   "slow poll. One more connection is the watchdog: queue.cancel_overdue_sql_tasks() "
+                                   "every --watchdog-interval seconds cancels statements past their timeout. The "
+                                   "login needs role skiplock_sql_executor and the right to SET ROLE to the enqueuing "
+                                   "roles. SIGTERM or SIGINT: stop calling, let running calls end (up to --grace), "
+                                   "then cancel them: their tasks are released (ready again, attempt not counted); exit 0.")
+    p.add_argument("--stage", "-s", required=True, help="stage whose SQL tasks to run")
+    p.add_argument("--concurrency", "-c", type=_positive(int), default=1,
+                   help="calls at once (default 1), each with its own connection; the stage's max_running still caps the tasks")
+    p.add_argument("--max-tasks-per-call", type=_positive(int), default=1, metavar="K",
+                   help="tasks one CALL may run before it returns (default 1)")
+    p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
+                   help="on SIGTERM, how long running tasks may take before they are cancelled and released (default 10)")
+    p.add_argument("--watchdog-interval", type=_positive(float), default=0.5, metavar="SECONDS",
+                   help="seconds between calls of queue.cancel_overdue_sql_tasks() (default 0.5)")
+    p.add_argument("--poll", type=_positive(float), default=1.0, metavar="SECONDS",
+                   help="slow poll when idle, besides LISTEN (default 1)")
+    p.add_argument("--name", help="worker name recorded on each task (default host:pid)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no line per call on stderr (the summary is still printed)")
+    p.set_defaults(func=cmd_run_sql)
 
     p = sub.add_parser("stats", parents=[db], help="a table of tasks per stage and status (queue.stats)",
                        description="Print queue.stats: tasks per stage and status, due, oldest age, expired leases.")

@@ -1,0 +1,318 @@
+"""`skiplock run-sql --stage S`: the executor of SQL tasks (queue.enqueue_sql).
+
+Each of --concurrency executors is a thread with its own autocommit connection that loops
+`CALL queue.run_sql_tasks(stage, K, worker)`: the procedure claims, runs (as the enqueuing role)
+and records up to K due tasks, committing after each. A call that ran fewer than K found the stage
+empty (or at its max_running): the executor then sleeps on LISTEN "skiplock.<stage>" with a slow
+poll, so a lost notification, or a task planned for later, waits at most --poll seconds.
+
+PostgreSQL's statement_timeout covers a whole CALL, so a task's own timeout needs someone outside:
+one more connection calls queue.cancel_overdue_sql_tasks() every --watchdog-interval seconds, which
+cancels the statements that ran past their timeout (recorded as 57014).
+
+SIGTERM or SIGINT: stop calling; running calls may end on their own within --grace; then the
+watchdog connection cancels (pg_cancel_backend) the executors' backends, and run_sql_tasks hands
+the task it was running back with release() (ready again, the attempt not counted). A second
+signal cancels at once. The executors reuse the connection, LISTEN, reconnect and idle code of
+`skiplock worker` (cmd_worker.Slot).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+
+import psycopg
+import psycopg.errors
+import psycopg.sql
+
+from skiplock import cmd_worker
+from skiplock.worker import channel
+
+RECANCEL = 0.5   # seconds between cancels of a call still running after a stop cancel (it may claim the next task)
+CONNECT_BACKOFF_MAX = 5.0
+CALL = "CALL queue.run_sql_tasks(%s, %s, %s)"
+
+
+class Shared(cmd_worker.Shared):
+    """The stop flags, counters and console of `skiplock worker`, plus the calls in flight."""
+
+    def __init__(self, args: argparse.Namespace, url: str) -> None:
+        super().__init__(args, url, [])
+        self.in_call: dict[int, int] = {}   # executor index -> backend pid of its running CALL
+        self.stop_cancels: dict[int, int] = {}   # executor index -> cancels sent to its running CALL at stop
+
+    def log(self, message: str) -> None:
+        self.console.print(f"{time.strftime('%H:%M:%S')} skiplock run-sql {self.args.stage}: {message}", markup=False)
+
+
+class Executor(cmd_worker.Slot):
+    """One connection looping CALL queue.run_sql_tasks; connect, reconnect and idle as a worker slot."""
+
+    def __init__(self, shared: Shared, index: int) -> None:
+        super().__init__(shared, index)
+        self.name = f"executor-{index}"
+        self.index = index
+
+    def run(self) -> None:
+        sh = self.shared
+        try:
+            self.conn = self.connect()
+            while not sh.stopping.is_set():
+                try:
+                    ran = self.call()
+                except psycopg.Error as e:
+                    if self.after_failed_call(e):
+                        continue
+                    return
+                if ran:
+                    self.listen_again()
+                if ran < sh.args.max_tasks_per_call:
+                    self.idle()
+        except psycopg.OperationalError as e:
+            if not sh.stopping.is_set():
+                self.error = e
+        except BaseException as e:  # reported by the main thread, which exits 1
+            self.error = e
+        finally:
+            if self.error is not None:
+                sh.stopping.set()
+            if self.conn is not None:
+                self.conn.close()
+
+    def call(self) -> int:
+        sh, a = self.shared, self.shared.args
+        with sh.lock:
+            sh.in_call[self.index] = self.conn.info.backend_pid
+            sh.stop_cancels[self.index] = 0
+            sh.running += 1
+        try:
+            # prepare=False: a request may DEALLOCATE ALL on this session.
+            ran = self.conn.execute(CALL, (a.stage, a.max_tasks_per_call, self.worker_name), prepare=False).fetchone()[0]
+        finally:
+            with sh.lock:
+                del sh.in_call[self.index]
+                sh.running -= 1
+        with sh.lock:
+            # Each stop cancel that hit a task made run_sql_tasks hand it back (counted in ran).
+            released = min(sh.stop_cancels.get(self.index, 0), ran)
+            sh.counts["ran"] += ran - released
+            sh.counts["released"] += released
+            sh.counts["calls"] += 1
+            total = sh.counts["ran"]
+        if ran and not a.quiet:
+            sh.log(f"{self.name}: ran {ran - released} task(s), {total} in all"
+                   + (f"; handed back {released} at stop" if released else ""))
+        return ran
+
+    def after_failed_call(self, e: psycopg.Error) -> bool:
+        """Deal with a CALL that raised; False when this executor should end (we are stopping)."""
+        sh = self.shared
+        if self.conn.broken or self.conn.closed:  # the connection is gone: the server restarted, ...
+            if sh.stopping.is_set():
+                return False
+            self.reconnect()
+            return True
+        if isinstance(e, psycopg.errors.QueryCanceled):
+            # A cancel that reached the CALL outside a task: our stop, or a watchdog signal that
+            # came after the task it was meant for had been handled.
+            sh.count("cancelled calls")
+            if sh.stopping.is_set():
+                return False
+            sh.log(f"{self.name}: call cancelled outside a task; calling again on a new connection")
+            self.fresh_session()
+            return True
+        # The call failed outside a task's own error handling (e.g. a request left a temp table
+        # with pending trigger events): the task it ran stays running until its lease expires.
+        # Keep serving the stage.
+        sh.count("failed calls")
+        if sh.stopping.is_set():
+            return False
+        sh.log(f"{self.name}: call failed ({_message(e)}); its task stays running until its lease expires; "
+               "calling again on a new connection")
+        self.fresh_session()
+        self.idle()
+        return True
+
+    def fresh_session(self) -> None:
+        """Reconnect after a call that ended in an error: a task left running under this backend's
+        pid would draw the watchdog's cancels onto whatever this session runs next."""
+        try:
+            self.reconnect()
+        except psycopg.OperationalError:
+            if not self.shared.stopping.is_set():
+                raise
+
+    def listen_again(self) -> None:
+        """A request runs on this session and may have run UNLISTEN *: LISTEN again (a no-op if not)."""
+        try:
+            self.conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel(self.shared.args.stage))),
+                              prepare=False)
+        except psycopg.errors.QueryCanceled:
+            pass  # a late cancel; the slow poll covers this round
+        except psycopg.OperationalError:
+            if not self.shared.stopping.is_set():
+                self.reconnect()
+
+
+class Watchdog(threading.Thread):
+    """The extra connection: SELECT queue.cancel_overdue_sql_tasks() every --watchdog-interval;
+    after the grace, pg_cancel_backend of each executor still in a call."""
+
+    def __init__(self, shared: Shared) -> None:
+        super().__init__(name="watchdog", daemon=True)
+        self.shared = shared
+        self.done = threading.Event()      # every executor has ended
+        self.error: BaseException | None = None
+        self.cancelled_overdue = 0
+        self.cancelled_at_stop = 0
+        self.conn: psycopg.Connection | None = None
+
+    def connect(self) -> psycopg.Connection:
+        delay = 0.1
+        while True:
+            try:
+                return psycopg.connect(self.shared.url, autocommit=True)
+            except psycopg.OperationalError as e:
+                if self.done.is_set():
+                    raise
+                self.shared.log(f"watchdog cannot connect ({e.__class__.__name__}); retrying in {delay:.1f} s")
+                self.done.wait(delay)
+                delay = min(delay * 2, CONNECT_BACKOFF_MAX)
+
+    def run(self) -> None:
+        sh, a = self.shared, self.shared.args
+        next_check = 0.0
+        last_cancel: dict[int, float] = {}   # backend pid -> when we last cancelled it at stop
+        try:
+            self.conn = self.connect()
+            while not self.done.is_set():
+                try:
+                    now = time.monotonic()
+                    if now >= next_check:
+                        n = self.conn.execute("SELECT queue.cancel_overdue_sql_tasks()").fetchone()[0]
+                        next_check = now + a.watchdog_interval
+                        if n:
+                            self.cancelled_overdue += n
+                            if not a.quiet:
+                                sh.log(f"watchdog: cancelled {n} statement(s) past their timeout")
+                    if sh.abort.is_set():
+                        with sh.lock:
+                            calls = list(sh.in_call.items())
+                        for index, pid in calls:
+                            # Again after RECANCEL: a call of several tasks goes on to claim the next.
+                            if now - last_cancel.get(pid, -RECANCEL) >= RECANCEL:
+                                last_cancel[pid] = now
+                                with sh.lock:
+                                    if sh.in_call.get(index) != pid:
+                                        continue  # the call has just returned
+                                    sh.stop_cancels[index] += 1
+                                self.conn.execute("SELECT pg_cancel_backend(%s)", (pid,))
+                                self.cancelled_at_stop += 1
+                except psycopg.Error:
+                    if not (self.conn.broken or self.conn.closed):
+                        raise  # the server said no: reported, and the process stops
+                    sh.count("reconnects")
+                    try:
+                        self.conn.close()
+                    except Exception:
+                        pass
+                    self.conn = self.connect()
+                    continue
+                self.done.wait(min(0.05, a.watchdog_interval))
+        except psycopg.OperationalError as e:
+            if not self.done.is_set():
+                self.error = e
+        except BaseException as e:
+            self.error = e
+        finally:
+            if self.error is not None:
+                sh.stopping.set()
+                sh.abort.set()
+            if self.conn is not None:
+                self.conn.close()
+
+
+def _message(e: BaseException) -> str:
+    if isinstance(e, psycopg.Error) and e.diag.message_primary:
+        return (f"{e.sqlstate}: " if e.sqlstate else "") + e.diag.message_primary
+    return str(e) or e.__class__.__name__
+
+
+def run(url: str, args: argparse.Namespace) -> int:
+    if args.grace < 0:
+        print("skiplock run-sql: --grace must not be negative", file=sys.stderr)
+        return 2
+    try:  # fail fast on a wrong URL, a database without SQL tasks, or a login that may not run them
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT current_user, "
+                "       has_function_privilege('queue.run_sql_tasks(text,integer,text,integer)'::regprocedure, 'EXECUTE'), "
+                "       has_function_privilege('queue.cancel_overdue_sql_tasks()'::regprocedure, 'EXECUTE')").fetchone()
+    except psycopg.Error as e:
+        print(f"skiplock run-sql: {str(e).strip()}", file=sys.stderr)
+        return 1
+    if not (row[1] and row[2]):
+        print(f"skiplock run-sql: role {row[0]} may not run SQL tasks: GRANT skiplock_sql_executor TO {row[0]} "
+              "(and the enqueuing roles, so that it can SET ROLE to them)", file=sys.stderr)
+        return 1
+
+    sh = Shared(args, url)
+    deadline: list[float] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        if not sh.stopping.is_set():
+            sh.stopping.set()
+            deadline.append(time.monotonic() + args.grace)
+            with sh.lock:
+                running = len(sh.in_call)
+            sh.log(f"{signal.Signals(signum).name}: stopping, {running} call(s) running, grace {args.grace:g} s")
+        elif not sh.abort.is_set():
+            sh.log(f"{signal.Signals(signum).name} again: cancelling running calls now")
+            sh.abort.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    watchdog = Watchdog(sh)
+    executors = [Executor(sh, i) for i in range(args.concurrency)]
+    if not args.quiet:
+        sh.log(f"{args.concurrency} executor(s), up to {args.max_tasks_per_call} task(s) a call, "
+               f"watchdog every {args.watchdog_interval:g} s")
+    try:
+        watchdog.start()
+        for e in executors:
+            e.start()
+        last_report = time.monotonic()
+        while any(e.is_alive() for e in executors):
+            for e in executors:
+                e.join(timeout=0.1)
+            now = time.monotonic()
+            if sh.stopping.is_set() and not deadline:  # an executor or the watchdog failed
+                deadline.append(now + args.grace)
+            if deadline and not sh.abort.is_set():
+                if now >= deadline[0]:
+                    with sh.lock:
+                        running = len(sh.in_call)
+                    if running:
+                        sh.log(f"grace over: cancelling {running} running call(s); their tasks are released "
+                               "(ready again, attempt not counted)")
+                    sh.abort.set()
+                elif now - last_report >= 5.0:
+                    last_report = now
+                    sh.log(f"stopping: {len(sh.in_call)} call(s) still running, "
+                           f"{max(deadline[0] - now, 0):.0f} s of grace left")
+    finally:
+        watchdog.done.set()
+        watchdog.join(timeout=5.0)
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    errors = [x.error for x in (*executors, watchdog) if x.error is not None]
+    c = sh.counts
+    sh.log(f"stopped: {c['ran']} task(s) run, {c['released']} handed back at stop, in {c['calls']} call(s) "
+           f"by {args.concurrency} executor(s); {watchdog.cancelled_overdue} cancelled past their timeout; "
+           f"{c['cancelled calls'] + c['failed calls']} call(s) ended in an error")
+    for e in errors[:1]:
+        sh.log(f"error: {_message(e)}")
+    return 1 if errors else 0

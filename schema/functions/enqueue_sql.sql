@@ -1,6 +1,7 @@
 -- enqueue_sql(request, stage, run_at, timeout, priority, key, mode, repeat, drift, max, keep_history):
--- add an SQL task (pg_task style): run_sql_tasks runs `request`, one statement, as the role that
--- called enqueue_sql, at run_at, and stores its response in the task's history row (result).
+-- add an SQL task (pg_task style): run_sql_tasks, called in a session of the role that called
+-- enqueue_sql, runs `request` (one statement) at run_at and stores its response in the task's
+-- history row (result). The role is the caller's current role (SET ROLE, else the login).
 --   timeout       the statement is cancelled after it (by the executor's watchdog); NULL: the
 --                 stage's lease_duration bounds it.
 --   key, mode     as enqueue: one live task per key and stage; 'ignore' returns the existing id,
@@ -109,6 +110,6 @@ BEGIN
     RETURN v_id;
 END
 $$;
-COMMENT ON FUNCTION queue.enqueue_sql(text, text, timestamptz, interval, integer, text, text, interval, boolean, integer, boolean) IS 'Adds an SQL task and returns its id: run_sql_tasks runs request (one statement) as the calling role at run_at, cancels it after timeout, stores its rows in the history row''s result (none with keep_history => false), retries errors by the stage''s policy. key/mode/repeat/drift as enqueue; max sets the stage''s max_running. Members of skiplock_sql only. Raises 22004/22023/54000 for bad arguments, 42501 for a key held by another role''s task.';
+COMMENT ON FUNCTION queue.enqueue_sql(text, text, timestamptz, interval, integer, text, text, interval, boolean, integer, boolean) IS 'Adds an SQL task and returns its id: run_sql_tasks, in a session of the calling role, runs request (one statement) at run_at, cancels it after timeout, stores its rows in the history row''s result (none with keep_history => false), retries errors by the stage''s policy. key/mode/repeat/drift as enqueue; max sets the stage''s max_running. Members of skiplock_sql only. Raises 22004/22023/54000 for bad arguments, 42501 for a key held by another role''s task.';
 REVOKE ALL ON FUNCTION queue.enqueue_sql(text, text, timestamptz, interval, integer, text, text, interval, boolean, integer, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.enqueue_sql(text, text, timestamptz, interval, integer, text, text, interval, boolean, integer, boolean) TO skiplock_sql, skiplock_admin;

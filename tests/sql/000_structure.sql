@@ -146,7 +146,7 @@ SELECT is_empty(
        WHERE p.pronamespace = 'queue'::regnamespace AND p.proname ~ '^_'
          AND r.rolname IN ('skiplock_producer', 'skiplock_worker', 'skiplock_monitor', 'skiplock_admin')
          AND pg_catalog.has_function_privilege(r.oid, p.oid, 'EXECUTE')
-         -- admins are SQL executors too (member of skiplock_sql_executor)
+         -- admins run their own SQL tasks too (member of skiplock_sql)
          AND NOT (r.rolname = 'skiplock_admin' AND p.proname ~ '^_sql_')$$,
     'no application role may execute a _ helper but admins the SQL executor''s _sql_* (listed: role and helper)'
 );
@@ -202,7 +202,7 @@ SELECT set_eq(
     $$SELECT p.oid::regprocedure::text
         FROM pg_catalog.pg_proc p
        WHERE p.pronamespace = 'queue'::regnamespace AND (p.proname !~ '^_' OR p.proname ~ '^_sql_')$$,
-    'skiplock_admin may execute every public function and no helper but the SQL executor''s (_sql_*, as a member of skiplock_sql_executor)'
+    'skiplock_admin may execute every public function and no helper but the SQL executor''s (_sql_*, as a member of skiplock_sql)'
 );
 
 SELECT is_empty(

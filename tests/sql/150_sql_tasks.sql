@@ -3,12 +3,11 @@
 -- run_sql_tasks itself commits, so it cannot run inside this transaction: tests/py/test_sql_tasks.py
 -- drives it.
 BEGIN;
-SELECT plan(52);
+SELECT plan(55);
 
 CREATE ROLE skiplock_t_alice NOLOGIN IN ROLE skiplock_sql;
 CREATE ROLE skiplock_t_bob NOLOGIN IN ROLE skiplock_sql;
 CREATE ROLE skiplock_t_producer NOLOGIN IN ROLE skiplock_producer;
-CREATE ROLE skiplock_t_executor NOLOGIN IN ROLE skiplock_sql_executor;
 CREATE TEMP TABLE ids (name text PRIMARY KEY, id bigint);
 GRANT ALL ON ids TO PUBLIC;
 
@@ -84,51 +83,56 @@ RESET ROLE;
 SELECT results_eq($$SELECT payload ->> 'sql', run_as::text FROM queue.live_tasks JOIN ids USING (id) WHERE name = 'keyed'$$,
                   $$VALUES ('SELECT ''v3''', 'skiplock_t_alice')$$, 'after all that the task is alice''s, with her request');
 
--- The executor's steps: claim, record.
-SET ROLE skiplock_t_executor;
-SELECT throws_ok($$SELECT queue.enqueue_sql('SELECT 1')$$, '42501', NULL, 'an executor cannot enqueue SQL tasks');
-CREATE TEMP TABLE claimed AS SELECT * FROM queue._sql_claim('sql', 'pgtap');
+-- The executor's steps: claim, record. An executor is a session of the enqueuing role itself.
+SET ROLE skiplock_t_bob;
+SELECT is((SELECT count(*) FROM queue._sql_claim('sql', 'pgtap')), 0::bigint, 'another role''s session (bob logged in as postgres here) claims none of alice''s tasks');
 RESET ROLE;
-SELECT results_eq($$SELECT c.id, c.request, c.run_as, c.timeout, c.attempt FROM claimed c$$,
-                  $$SELECT id, 'SELECT now()', 'skiplock_t_alice', interval '5 minutes', 1 FROM ids WHERE name = 'now'$$,
-                  '_sql_claim returns the request, the role, the stage''s lease as the timeout, the attempt');
+SET SESSION AUTHORIZATION skiplock_t_bob;
+SELECT is((SELECT count(*) FROM queue._sql_claim('sql', 'pgtap')), 0::bigint, 'bob''s own session claims none of alice''s tasks');
+RESET SESSION AUTHORIZATION;
+SET SESSION AUTHORIZATION skiplock_t_alice;
+CREATE TEMP TABLE claimed AS SELECT * FROM queue._sql_claim('sql', 'pgtap');
+RESET SESSION AUTHORIZATION;
+SELECT results_eq($$SELECT c.id, c.request, c.timeout, c.attempt FROM claimed c$$,
+                  $$SELECT id, 'SELECT now()', interval '5 minutes', 1 FROM ids WHERE name = 'now'$$,
+                  'alice''s session claims her task: the request, the stage''s lease as the timeout, the attempt');
 SELECT results_eq($$SELECT t.status::text, t.worker ~ ('^pgtap#' || pg_backend_pid() || '$'), t.lease_expires >= now() + interval '5 minutes 30 seconds'
                       FROM queue.live_tasks t JOIN claimed c USING (id)$$,
                   $$VALUES ('running', true, true)$$, 'the claimed task runs, its worker names the backend pid, its lease covers timeout + 30 s');
-SET ROLE skiplock_t_executor;
+SET SESSION AUTHORIZATION skiplock_t_alice;
 SELECT is(queue._sql_record(id, lease, '{"rows": [[1]]}'), true, '_sql_record with a result finishes the task') FROM claimed;
-RESET ROLE;
-SELECT results_eq($$SELECT h.status::text, h.run_as::text, h.result FROM queue.history h JOIN claimed c USING (id)$$,
-                  $$VALUES ('done', 'skiplock_t_alice', '{"rows": [[1]]}'::jsonb)$$, 'history keeps the role and the result');
+RESET SESSION AUTHORIZATION;
+SELECT results_eq($$SELECT h.status::text, h.run_as::text, h.result, h.finished >= h.started FROM queue.history h JOIN claimed c USING (id)$$,
+                  $$VALUES ('done', 'skiplock_t_alice', '{"rows": [[1]]}'::jsonb, true)$$, 'history keeps the role and the result');
 SELECT is(result, '{"rows": [[1]]}'::jsonb, 'queue.tasks shows the result') FROM queue.tasks JOIN claimed USING (id);
 
 -- keep_history => false: the run leaves no row.
 UPDATE queue.live_tasks SET run_at = now() WHERE id = (SELECT id FROM ids WHERE name = 'later');
-SET ROLE skiplock_t_executor;
+SET SESSION AUTHORIZATION skiplock_t_alice;
 SELECT is(queue._sql_record(c.id, c.lease, '{}'), true, 'a keep_history => false task finishes') FROM queue._sql_claim('reports', 'pgtap') c;
-RESET ROLE;
+RESET SESSION AUTHORIZATION;
 SELECT is((SELECT count(*) FROM queue.tasks JOIN ids USING (id) WHERE name = 'later'), 0::bigint, 'and leaves no trace, live or in history');
 
 -- Errors: fail() decides by the stage's policy; give_back releases.
 SET ROLE skiplock_t_alice;
 INSERT INTO ids VALUES ('bad', queue.enqueue_sql('SELECT 1/0', stage => 'errs'));
 RESET ROLE;
-SET ROLE skiplock_t_executor;
+SET SESSION AUTHORIZATION skiplock_t_alice;
 SELECT is(queue._sql_record(c.id, c.lease, NULL, '22012: division by zero'), true, '_sql_record with an error fails the attempt') FROM queue._sql_claim('errs') c;
-RESET ROLE;
+RESET SESSION AUTHORIZATION;
 SELECT results_eq($$SELECT status::text, attempt, error_text, run_as::text FROM queue.live_tasks JOIN ids USING (id) WHERE name = 'bad'$$,
                   $$VALUES ('error', 1, '22012: division by zero', 'skiplock_t_alice')$$, 'the task waits for a retry with the error and its role');
 UPDATE queue.live_tasks SET run_at = now() WHERE id = (SELECT id FROM ids WHERE name = 'bad');
-SET ROLE skiplock_t_executor;
+SET SESSION AUTHORIZATION skiplock_t_alice;
 SELECT is(queue._sql_record(c.id, c.lease, NULL, NULL, give_back => true), true, 'give_back hands the task back') FROM queue._sql_claim('errs') c;
-RESET ROLE;
+RESET SESSION AUTHORIZATION;
 SELECT results_eq($$SELECT status::text, attempt FROM queue.live_tasks JOIN ids USING (id) WHERE name = 'bad'$$,
                   $$VALUES ('error', 1)$$, 'a handed-back task does not count the attempt (release)');
 SELECT queue.configure_stage('errs', max_attempts => 2);
 UPDATE queue.live_tasks SET run_at = now() WHERE id = (SELECT id FROM ids WHERE name = 'bad');
-SET ROLE skiplock_t_executor;
+SET SESSION AUTHORIZATION skiplock_t_alice;
 SELECT is(queue._sql_record(c.id, c.lease, NULL, '22012: division by zero'), true, 'the last attempt fails') FROM queue._sql_claim('errs') c;
-RESET ROLE;
+RESET SESSION AUTHORIZATION;
 SELECT results_eq($$SELECT status::text, run_as::text FROM queue.history JOIN ids USING (id) WHERE name = 'bad'$$,
                   $$VALUES ('fatal', 'skiplock_t_alice')$$, 'out of attempts the task is fatal, its role kept in history');
 SELECT lives_ok($$SELECT queue.retry(id) FROM ids WHERE name = 'bad'$$, 'an admin retries the fatal SQL task');
@@ -137,34 +141,37 @@ SELECT results_eq($$SELECT status::text, run_as::text, payload ->> 'sql' FROM qu
 SELECT lives_ok($$SELECT queue.cancel(id) FROM ids WHERE name = 'bad'$$, 'an admin cancels it');
 SELECT is(run_as::text, 'skiplock_t_alice', 'the cancelled row keeps its role') FROM queue.history JOIN ids USING (id) WHERE name = 'bad' AND status = 'cancelled';
 
--- An ordinary task in an SQL stage is not run: fatal at the claim.
+-- An ordinary task in an SQL stage is not the executor's: it waits for an ordinary worker.
 SELECT queue.enqueue('{"sql": "SELECT 1"}', 'sqlonly') AS plain_id \gset
-SET ROLE skiplock_t_executor;
+SET SESSION AUTHORIZATION skiplock_t_alice;
 SELECT is((SELECT count(*) FROM queue._sql_claim('sqlonly')), 0::bigint, '_sql_claim skips an ordinary task');
-RESET ROLE;
-SELECT results_eq(format($$SELECT status::text, error_text FROM queue.history WHERE id = %s$$, :plain_id),
-                  $$VALUES ('fatal', 'not an SQL task: run_sql_tasks runs only tasks added with enqueue_sql')$$,
-                  'and makes it fatal, saying why');
+RESET SESSION AUTHORIZATION;
+SELECT results_eq(format($$SELECT status::text, attempt FROM queue.live_tasks WHERE id = %s$$, :plain_id),
+                  $$VALUES ('ready', 0)$$, 'and leaves it as it was');
 
--- The watchdog's list: running SQL tasks past their timeout, with the executor's pid.
+-- The watchdog's list: the role's running SQL tasks past their timeout, with the executor's pid.
 SET ROLE skiplock_t_alice;
 INSERT INTO ids VALUES ('slow', queue.enqueue_sql('SELECT pg_sleep(60)', stage => 'slow', timeout => '1 second'));
 RESET ROLE;
-SET ROLE skiplock_t_executor;
+SET SESSION AUTHORIZATION skiplock_t_alice;
 CREATE TEMP TABLE slow AS SELECT * FROM queue._sql_claim('slow', 'pgtap');
 SELECT is_empty($$SELECT * FROM queue._sql_overdue()$$, 'a task within its timeout is not overdue');
-RESET ROLE;
-UPDATE queue.live_tasks SET started = now() - interval '2 seconds' WHERE id = (SELECT id FROM slow);
-SET ROLE skiplock_t_executor;
+RESET SESSION AUTHORIZATION;
+UPDATE queue.live_tasks SET started = now() - interval '2 seconds', updated = now() - interval '10 seconds' WHERE id = (SELECT id FROM slow);
+SET SESSION AUTHORIZATION skiplock_t_bob;
+SELECT is_empty($$SELECT * FROM queue._sql_overdue()$$, 'another role''s watchdog does not see it');
+RESET SESSION AUTHORIZATION;
+SET SESSION AUTHORIZATION skiplock_t_alice;
 SELECT results_eq($$SELECT id, pid FROM queue._sql_overdue()$$, $$SELECT id, pg_backend_pid() FROM slow$$,
                   'past its timeout it is listed with the pid of the backend that claimed it');
-RESET ROLE;
+SELECT is_empty($$SELECT * FROM queue._sql_overdue()$$, 'and not again within 5 seconds (its cancel is under way)');
+RESET SESSION AUTHORIZATION;
 
--- Privileges: the executor's helpers belong to skiplock_sql_executor alone.
+-- Privileges: the executor's steps belong to skiplock_sql (a role runs its own tasks).
 SELECT ok(NOT has_function_privilege('skiplock_worker', 'queue._sql_claim(text,text)', 'EXECUTE'), 'a worker cannot claim SQL tasks');
-SELECT ok(NOT has_function_privilege('skiplock_sql', 'queue._sql_record(bigint,uuid,jsonb,text,boolean)', 'EXECUTE'), 'an SQL producer cannot record results');
-SELECT ok(NOT has_function_privilege('skiplock_sql', 'queue.run_sql_tasks(text,integer,text,integer)', 'EXECUTE'), 'an SQL producer cannot run the executor');
-SELECT ok(has_function_privilege('skiplock_sql_executor', 'queue.run_sql_tasks(text,integer,text,integer)', 'EXECUTE'), 'skiplock_sql_executor may CALL run_sql_tasks');
+SELECT ok(NOT has_function_privilege('skiplock_producer', 'queue._sql_record(bigint,uuid,jsonb,text,boolean)', 'EXECUTE'), 'a producer cannot record results');
+SELECT ok(NOT has_function_privilege('skiplock_t_producer', 'queue.run_sql_tasks(text,integer,text,integer)', 'EXECUTE'), 'a producer cannot run the executor');
+SELECT ok(has_function_privilege('skiplock_sql', 'queue.run_sql_tasks(text,integer,text,integer)', 'EXECUTE'), 'skiplock_sql may CALL run_sql_tasks');
 
 SELECT * FROM finish();
 ROLLBACK;

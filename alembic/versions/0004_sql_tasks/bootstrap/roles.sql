@@ -5,16 +5,14 @@
 --   skiplock_worker    may take, heartbeat, finish and fail tasks
 --   skiplock_monitor   may read the views
 --   skiplock_admin     all of the above plus cancel, retry, reap, stage settings
---   skiplock_sql       may enqueue SQL tasks (enqueue_sql), which run as the enqueuing role
---   skiplock_sql_executor  may run SQL tasks (CALL queue.run_sql_tasks); its logins must also be
---                      able to SET ROLE to the enqueuing roles (superuser, or granted them)
+--   skiplock_sql       may enqueue SQL tasks (enqueue_sql) and run its own (run_sql_tasks, logged
+--                      in as itself: a task runs with the privileges of the role that enqueued it)
 DO $roles$
 DECLARE
     v_role text;
 BEGIN
     FOREACH v_role IN ARRAY ARRAY['skiplock_owner', 'skiplock_producer', 'skiplock_worker',
-                                  'skiplock_monitor', 'skiplock_admin', 'skiplock_sql',
-                                  'skiplock_sql_executor']
+                                  'skiplock_monitor', 'skiplock_admin', 'skiplock_sql']
     LOOP
         IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = v_role) THEN
             EXECUTE format('CREATE ROLE %I NOLOGIN', v_role);
@@ -27,4 +25,4 @@ BEGIN
 END
 $roles$;
 
-GRANT skiplock_producer, skiplock_worker, skiplock_monitor, skiplock_sql_executor TO skiplock_admin;
+GRANT skiplock_producer, skiplock_worker, skiplock_monitor, skiplock_sql TO skiplock_admin;

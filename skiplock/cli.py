@@ -164,15 +164,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command and its arguments, after --")
     p.set_defaults(func=cmd_worker)
 
-    p = sub.add_parser("run-sql", parents=[db], help="run the SQL tasks of a stage (queue.enqueue_sql) in N connections",
-                       description="Run due SQL tasks of a stage: each of --concurrency connections loops "
-                                   "CALL queue.run_sql_tasks(stage, K), which runs each request as the role that "
-                                   "enqueued it and commits after each; an idle connection sleeps on LISTEN with a "
+    p = sub.add_parser("run-sql", parents=[db], help="run one role's SQL tasks of a stage (queue.enqueue_sql) in N connections",
+                       description="Run the due SQL tasks of a stage that the login role enqueued: the login of "
+                                   "--db / DATABASE_URL is the role whose tasks run, with exactly its privileges "
+                                   "(it must be a member of skiplock_sql, e.g. GRANT skiplock_sql TO reporting, and "
+                                   "must not act under SET ROLE; run one process per enqueuing role). Each of "
+                                   "--concurrency connections loops CALL queue.run_sql_tasks(stage, K), which runs "
+                                   "the requests and commits after each; an idle connection sleeps on LISTEN with a "
                                    "slow poll. One more connection is the watchdog: queue.cancel_overdue_sql_tasks() "
-                                   "every --watchdog-interval seconds cancels statements past their timeout. The "
-                                   "login needs role skiplock_sql_executor and the right to SET ROLE to the enqueuing "
-                                   "roles. SIGTERM or SIGINT: stop calling, let running calls end (up to --grace), "
-                                   "then cancel them: their tasks are released (ready again, attempt not counted); exit 0.")
+                                   "every --watchdog-interval seconds cancels statements past their timeout. "
+                                   "SIGTERM or SIGINT: stop calling, let running calls end (up to --grace), then "
+                                   "cancel them: each hands its task back (ready again, attempt not counted); exit 0.")
     p.add_argument("--stage", "-s", required=True, help="stage whose SQL tasks to run")
     p.add_argument("--concurrency", "-c", type=_positive(int), default=1,
                    help="calls at once (default 1), each with its own connection; the stage's max_running still caps the tasks")

@@ -1,19 +1,28 @@
-"""`skiplock run-sql --stage S`: the executor of SQL tasks (queue.enqueue_sql).
+"""`skiplock run-sql --stage S`: the executor of one role's SQL tasks (queue.enqueue_sql).
+
+The login of --db / DATABASE_URL is the role whose tasks it runs: run_sql_tasks claims only the
+tasks that the session's login role enqueued, and refuses to run under SET ROLE, so a request has
+exactly that role's privileges. One process per enqueuing role (a member of skiplock_sql).
 
 Each of --concurrency executors is a thread with its own autocommit connection that loops
-`CALL queue.run_sql_tasks(stage, K, worker)`: the procedure claims, runs (as the enqueuing role)
-and records up to K due tasks, committing after each. A call that ran fewer than K found the stage
-empty (or at its max_running): the executor then sleeps on LISTEN "skiplock.<stage>" with a slow
-poll, so a lost notification, or a task planned for later, waits at most --poll seconds.
+`CALL queue.run_sql_tasks(stage, K, worker)`: the procedure claims, runs and records up to K due
+tasks, committing after each. A call that ran fewer than K found no more due tasks of the role
+(or the stage at its max_running): the executor then sleeps on LISTEN "skiplock.<stage>" with a
+slow poll, so a lost notification, or a task planned for later, waits at most --poll seconds.
+A request runs on the executor's own session: after a call the executor LISTENs again (the
+request may have run UNLISTEN *) and never prepares the CALL (it may have run DEALLOCATE ALL).
 
 PostgreSQL's statement_timeout covers a whole CALL, so a task's own timeout needs someone outside:
-one more connection calls queue.cancel_overdue_sql_tasks() every --watchdog-interval seconds, which
-cancels the statements that ran past their timeout (recorded as 57014).
+one more connection (the same login) calls queue.cancel_overdue_sql_tasks() every
+--watchdog-interval seconds, which cancels the statements that ran past their timeout (recorded
+as 57014).
 
 SIGTERM or SIGINT: stop calling; running calls may end on their own within --grace; then the
-watchdog connection cancels (pg_cancel_backend) the executors' backends, and run_sql_tasks hands
-the task it was running back with release() (ready again, the attempt not counted). A second
-signal cancels at once. The executors reuse the connection, LISTEN, reconnect and idle code of
+watchdog connection cancels (pg_cancel_backend) each call still running: run_sql_tasks hands the
+task it was running back with release() (ready again, the attempt not counted) and returns. A
+signal that lands between two statements of the procedure (while it records a task or cleans up)
+is absorbed there, so a call still running RECANCEL seconds later is cancelled again. A second
+SIGTERM cancels at once. The executors reuse the connection, LISTEN, reconnect and idle code of
 `skiplock worker` (cmd_worker.Slot).
 """
 
@@ -32,7 +41,7 @@ import psycopg.sql
 from skiplock import cmd_worker
 from skiplock.worker import channel
 
-RECANCEL = 0.5   # seconds between cancels of a call still running after a stop cancel (it may claim the next task)
+RECANCEL = 0.5   # seconds before a call still running after a stop cancel is cancelled again (the first was absorbed)
 CONNECT_BACKOFF_MAX = 5.0
 CALL = "CALL queue.run_sql_tasks(%s, %s, %s)"
 
@@ -42,11 +51,14 @@ class Shared(cmd_worker.Shared):
 
     def __init__(self, args: argparse.Namespace, url: str) -> None:
         super().__init__(args, url, [])
-        self.in_call: dict[int, int] = {}   # executor index -> backend pid of its running CALL
-        self.stop_cancels: dict[int, int] = {}   # executor index -> cancels sent to its running CALL at stop
+        self.in_call: dict[int, tuple[int, int]] = {}   # executor index -> (backend pid, call number) of its running CALL
+        self.stop_cancelled: set[int] = set()   # executor indexes whose running CALL got a stop cancel
+        self.calls = 0
+        self.role = "?"   # the login, whose tasks these are (set by run())
 
     def log(self, message: str) -> None:
-        self.console.print(f"{time.strftime('%H:%M:%S')} skiplock run-sql {self.args.stage}: {message}", markup=False)
+        self.console.print(f"{time.strftime('%H:%M:%S')} skiplock run-sql {self.args.stage} ({self.role}): {message}",
+                           markup=False)
 
 
 class Executor(cmd_worker.Slot):
@@ -86,8 +98,9 @@ class Executor(cmd_worker.Slot):
     def call(self) -> int:
         sh, a = self.shared, self.shared.args
         with sh.lock:
-            sh.in_call[self.index] = self.conn.info.backend_pid
-            sh.stop_cancels[self.index] = 0
+            sh.calls += 1
+            sh.in_call[self.index] = (self.conn.info.backend_pid, sh.calls)
+            sh.stop_cancelled.discard(self.index)
             sh.running += 1
         try:
             # prepare=False: a request may DEALLOCATE ALL on this session.
@@ -97,15 +110,19 @@ class Executor(cmd_worker.Slot):
                 del sh.in_call[self.index]
                 sh.running -= 1
         with sh.lock:
-            # Each stop cancel that hit a task made run_sql_tasks hand it back (counted in ran).
-            released = min(sh.stop_cancels.get(self.index, 0), ran)
+            # A stop cancel that hit a request made run_sql_tasks hand that task back and return
+            # (counted in ran); one that hit the claim made it return without it. The server does
+            # not say which: a call cancelled at stop that ran tasks is taken to have handed back
+            # its last one (wrong only if the signal landed in the milliseconds of a claim, or of
+            # recording the call's last task).
+            released = 1 if ran and self.index in sh.stop_cancelled else 0
             sh.counts["ran"] += ran - released
             sh.counts["released"] += released
             sh.counts["calls"] += 1
             total = sh.counts["ran"]
         if ran and not a.quiet:
             sh.log(f"{self.name}: ran {ran - released} task(s), {total} in all"
-                   + (f"; handed back {released} at stop" if released else ""))
+                   + ("; handed one back at stop" if released else ""))
         return ran
 
     def after_failed_call(self, e: psycopg.Error) -> bool:
@@ -117,22 +134,22 @@ class Executor(cmd_worker.Slot):
             self.reconnect()
             return True
         if isinstance(e, psycopg.errors.QueryCanceled):
-            # A cancel that reached the CALL outside a task: our stop, or a watchdog signal that
-            # came after the task it was meant for had been handled.
+            # A cancel that reached the CALL outside the procedure's handlers (between two of its
+            # statements): our stop, or a watchdog signal that came late.
             sh.count("cancelled calls")
             if sh.stopping.is_set():
                 return False
             sh.log(f"{self.name}: call cancelled outside a task; calling again on a new connection")
             self.fresh_session()
             return True
-        # The call failed outside a task's own error handling (e.g. a request left a temp table
-        # with pending trigger events): the task it ran stays running until its lease expires.
-        # Keep serving the stage.
+        # The call failed outside a task's own error handling (the login lost skiplock_sql, a
+        # lock or resource error in the procedure itself, ...): a task it had claimed stays
+        # running until its lease expires. Keep serving the stage.
         sh.count("failed calls")
         if sh.stopping.is_set():
             return False
-        sh.log(f"{self.name}: call failed ({_message(e)}); its task stays running until its lease expires; "
-               "calling again on a new connection")
+        sh.log(f"{self.name}: call failed ({_message(e)}); calling again on a new connection "
+               "(a task the call had claimed stays running until its lease expires)")
         self.fresh_session()
         self.idle()
         return True
@@ -159,8 +176,8 @@ class Executor(cmd_worker.Slot):
 
 
 class Watchdog(threading.Thread):
-    """The extra connection: SELECT queue.cancel_overdue_sql_tasks() every --watchdog-interval;
-    after the grace, pg_cancel_backend of each executor still in a call."""
+    """The extra connection (the same login): SELECT queue.cancel_overdue_sql_tasks() every
+    --watchdog-interval; after the grace, pg_cancel_backend of each executor still in a call."""
 
     def __init__(self, shared: Shared) -> None:
         super().__init__(name="watchdog", daemon=True)
@@ -186,7 +203,7 @@ class Watchdog(threading.Thread):
     def run(self) -> None:
         sh, a = self.shared, self.shared.args
         next_check = 0.0
-        last_cancel: dict[int, float] = {}   # backend pid -> when we last cancelled it at stop
+        last_cancel: dict[int, float] = {}   # call number -> when we last cancelled it at stop
         try:
             self.conn = self.connect()
             while not self.done.is_set():
@@ -202,14 +219,15 @@ class Watchdog(threading.Thread):
                     if sh.abort.is_set():
                         with sh.lock:
                             calls = list(sh.in_call.items())
-                        for index, pid in calls:
-                            # Again after RECANCEL: a call of several tasks goes on to claim the next.
-                            if now - last_cancel.get(pid, -RECANCEL) >= RECANCEL:
-                                last_cancel[pid] = now
+                        for index, (pid, number) in calls:
+                            # A stop cancel makes the call hand its task back and return; one that
+                            # landed between statements was absorbed: again after RECANCEL.
+                            if now - last_cancel.get(number, -RECANCEL) >= RECANCEL:
+                                last_cancel[number] = now
                                 with sh.lock:
-                                    if sh.in_call.get(index) != pid:
+                                    if sh.in_call.get(index) != (pid, number):
                                         continue  # the call has just returned
-                                    sh.stop_cancels[index] += 1
+                                    sh.stop_cancelled.add(index)
                                 self.conn.execute("SELECT pg_cancel_backend(%s)", (pid,))
                                 self.cancelled_at_stop += 1
                 except psycopg.Error:
@@ -248,19 +266,25 @@ def run(url: str, args: argparse.Namespace) -> int:
         return 2
     try:  # fail fast on a wrong URL, a database without SQL tasks, or a login that may not run them
         with psycopg.connect(url, autocommit=True) as conn:
-            row = conn.execute(
-                "SELECT current_user, "
-                "       has_function_privilege('queue.run_sql_tasks(text,integer,text,integer)'::regprocedure, 'EXECUTE'), "
-                "       has_function_privilege('queue.cancel_overdue_sql_tasks()'::regprocedure, 'EXECUTE')").fetchone()
+            role, current, member = conn.execute(
+                "SELECT session_user::text, current_user::text, "
+                "       pg_has_role(session_user, 'skiplock_sql', 'MEMBER') "
+                "       AND has_function_privilege('queue.run_sql_tasks(text,integer,text,integer)'::regprocedure, 'EXECUTE') "
+                "       AND has_function_privilege('queue.cancel_overdue_sql_tasks()'::regprocedure, 'EXECUTE')").fetchone()
     except psycopg.Error as e:
         print(f"skiplock run-sql: {str(e).strip()}", file=sys.stderr)
         return 1
-    if not (row[1] and row[2]):
-        print(f"skiplock run-sql: role {row[0]} may not run SQL tasks: GRANT skiplock_sql_executor TO {row[0]} "
-              "(and the enqueuing roles, so that it can SET ROLE to them)", file=sys.stderr)
+    if current != role:
+        print(f"skiplock run-sql: the session is {role} acting as {current} (SET ROLE): connect as the role whose "
+              f"SQL tasks to run, e.g. with {current}'s own login (run_sql_tasks refuses SET ROLE)", file=sys.stderr)
+        return 1
+    if not member:
+        print(f"skiplock run-sql: role {role} may not run SQL tasks: GRANT skiplock_sql TO {role} "
+              "(an executor runs the tasks that its login role enqueued, as that role)", file=sys.stderr)
         return 1
 
     sh = Shared(args, url)
+    sh.role = role
     deadline: list[float] = []
 
     def on_signal(signum: int, frame: object) -> None:
@@ -278,8 +302,8 @@ def run(url: str, args: argparse.Namespace) -> int:
     watchdog = Watchdog(sh)
     executors = [Executor(sh, i) for i in range(args.concurrency)]
     if not args.quiet:
-        sh.log(f"{args.concurrency} executor(s), up to {args.max_tasks_per_call} task(s) a call, "
-               f"watchdog every {args.watchdog_interval:g} s")
+        sh.log(f"running the SQL tasks that role {role} enqueued: {args.concurrency} executor(s), "
+               f"up to {args.max_tasks_per_call} task(s) a call, watchdog every {args.watchdog_interval:g} s")
     try:
         watchdog.start()
         for e in executors:
@@ -310,7 +334,7 @@ def run(url: str, args: argparse.Namespace) -> int:
             signal.signal(s, handler)
     errors = [x.error for x in (*executors, watchdog) if x.error is not None]
     c = sh.counts
-    sh.log(f"stopped: {c['ran']} task(s) run, {c['released']} handed back at stop, in {c['calls']} call(s) "
+    sh.log(f"stopped: {c['ran']} task(s) of role {role} run, {c['released']} handed back at stop, in {c['calls']} call(s) "
            f"by {args.concurrency} executor(s); {watchdog.cancelled_overdue} cancelled past their timeout; "
            f"{c['cancelled calls'] + c['failed calls']} call(s) ended in an error")
     for e in errors[:1]:

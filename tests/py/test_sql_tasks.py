@@ -1,7 +1,8 @@
 """SQL tasks (issue 5): CALL queue.run_sql_tasks against a real server, and `skiplock run-sql`.
 
 run_sql_tasks commits after each task, so it cannot run inside a pgTAP transaction: this module
-drives it (tests/sql/150_sql_tasks.sql covers enqueue_sql's arguments and states). Every test
+drives it (tests/sql/150_sql_tasks.sql covers enqueue_sql's arguments and states). An executor is
+a session of the enqueuing role itself: alice's tasks run on alice's own connections. Every test
 uses its own stage; roles are cluster-wide, so they get names unique to this run and are dropped
 at the end.
 """
@@ -29,55 +30,64 @@ from skiplock.sqlfiles import ROOT
 ENV = dict(os.environ, COLUMNS="200")
 ENV.pop("DATABASE_URL", None)
 
-# The pg_cron recipe (README, "Running SQL tasks (pg_task style)"): an executor job and a watchdog job.
+# The pg_cron recipe (README, "Running SQL tasks (pg_task style)"): per enqueuing role, an executor
+# job and a watchdog job, both run as that role.
 CRON_RUN = "CALL queue.run_sql_tasks('reports', 100)"
 CRON_WATCHDOG = "SELECT queue.cancel_overdue_sql_tasks()"
-CRON_SCHEDULE_RUN = f"SELECT cron.schedule('skiplock-sql-reports', '10 seconds', $${CRON_RUN}$$)"
-CRON_SCHEDULE_WATCHDOG = f"SELECT cron.schedule('skiplock-sql-watchdog', '5 seconds', $${CRON_WATCHDOG}$$)"
 
 
 @dataclass
 class Roles:
     admin: str        # the superuser of the db URL
-    alice: str        # member of skiplock_sql: enqueues SQL tasks
-    producer: str     # member of skiplock_producer only
-    executor: str     # login in skiplock_sql_executor, granted alice (so it can SET ROLE alice)
+    alice: str        # LOGIN, member of skiplock_sql: enqueues SQL tasks and runs her own
+    bob: str          # LOGIN, member of skiplock_sql: another enqueuing role
+    producer: str     # LOGIN, member of skiplock_producer only
     alice_url: str
+    bob_url: str
     producer_url: str
-    executor_url: str
 
 
 @pytest.fixture(scope="module")
 def roles(db: str) -> Iterator[Roles]:
     suffix = uuid.uuid4().hex[:8]
-    alice, producer, executor = (f"sqlt_{who}_{suffix}" for who in ("alice", "producer", "executor"))
+    alice, bob, producer = (f"sqlt_{who}_{suffix}" for who in ("alice", "bob", "producer"))
     with psycopg.connect(db, autocommit=True) as c:
         admin = c.execute("SELECT session_user::text").fetchone()[0]
-        c.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE skiplock_sql").format(sql.Identifier(alice)))
+        for role in (alice, bob):
+            c.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE skiplock_sql").format(sql.Identifier(role)))
         c.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE skiplock_producer").format(sql.Identifier(producer)))
-        c.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE skiplock_sql_executor").format(sql.Identifier(executor)))
-        c.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(alice), sql.Identifier(executor)))
     url = lambda user: psycopg.conninfo.make_conninfo(db, user=user)  # noqa: E731
     try:
-        yield Roles(admin, alice, producer, executor, url(alice), url(producer), url(executor))
+        yield Roles(admin, alice, bob, producer, url(alice), url(bob), url(producer))
     finally:
         with psycopg.connect(db, autocommit=True) as c:
-            for role in (executor, producer, alice):
+            for role in (producer, bob, alice):
                 c.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
                 c.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
 @pytest.fixture
 def admin(db: str) -> Iterator[psycopg.Connection]:
-    """A superuser connection: setup, checks, and an executor (a superuser may SET ROLE to anyone)."""
+    """A superuser connection: setup and checks (as an executor it would run only its own tasks)."""
     with psycopg.connect(db, autocommit=True) as c:
         yield c
 
 
 @pytest.fixture
 def alice(roles: Roles) -> Iterator[psycopg.Connection]:
+    """Alice's session: she enqueues on it, and it is the executor of her tasks."""
     with psycopg.connect(roles.alice_url, autocommit=True) as c:
         yield c
+
+
+@pytest.fixture
+def secret(admin: psycopg.Connection) -> str:
+    """A table that only the superuser may read."""
+    name = f"sqlt_secret_{uuid.uuid4().hex[:6]}"
+    admin.execute(sql.SQL("CREATE TABLE public.{} (s text)").format(sql.Identifier(name)))
+    admin.execute(sql.SQL("INSERT INTO public.{} VALUES ('top secret')").format(sql.Identifier(name)))
+    admin.execute(sql.SQL("REVOKE ALL ON public.{} FROM PUBLIC").format(sql.Identifier(name)))
+    return name
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -100,6 +110,10 @@ def task(conn: psycopg.Connection, task_id: int) -> tuple:
     return rows[0]
 
 
+def who(conn: psycopg.Connection) -> tuple[str, str]:
+    return conn.execute("SELECT current_user::text, session_user::text").fetchone()
+
+
 def wait_for(predicate, timeout: float = 20.0, every: float = 0.05) -> float:
     """Seconds it took until predicate() held; AssertionError after timeout."""
     start = time.monotonic()
@@ -108,6 +122,11 @@ def wait_for(predicate, timeout: float = 20.0, every: float = 0.05) -> float:
             raise AssertionError("timed out waiting")
         time.sleep(every)
     return time.monotonic() - start
+
+
+def secret_leaked(conn: psycopg.Connection, stage: str) -> int:
+    return conn.execute("SELECT count(*) FROM queue.tasks WHERE stage = %s AND (result::text LIKE '%%top secret%%' "
+                        "OR error_text LIKE '%%top secret%%')", (stage,)).fetchone()[0]
 
 
 class Executors:
@@ -148,17 +167,68 @@ class Executors:
             raise self.errors[0]
 
 
-def watchdog_until_first_cancel(url: str, stop: threading.Event, every: float = 0.2,
-                                command: str = "SELECT queue.cancel_overdue_sql_tasks()") -> list[int]:
-    """Run in a thread: the watchdog, until it has cancelled one statement (or stop). Stopping after
-    the first cancel keeps a second signal from reaching the executor while it records the first
-    (see the report on run_sql_tasks' late-cancel window)."""
-    counts: list[int] = []
-    with psycopg.connect(url, autocommit=True) as c:
-        while not stop.is_set() and sum(counts) == 0:
-            counts.append(c.execute(command).fetchone()[0])
-            stop.wait(every)
-    return counts
+class Watchdog(threading.Thread):
+    """`SELECT queue.cancel_overdue_sql_tasks()` every `every` seconds on a connection of `url`
+    (the role whose tasks it watches) until stopped; `cancels` is what each call returned."""
+
+    def __init__(self, url: str, every: float = 0.1, command: str = CRON_WATCHDOG) -> None:
+        super().__init__(daemon=True)
+        self.url, self.every, self.command = url, every, command
+        self.stopped = threading.Event()
+        self.cancels: list[int] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with psycopg.connect(self.url, autocommit=True) as c:
+                while not self.stopped.is_set():
+                    self.cancels.append(c.execute(self.command).fetchone()[0])
+                    self.stopped.wait(self.every)
+        except BaseException as e:
+            self.error = e
+
+    def __enter__(self) -> "Watchdog":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.join(timeout=10)
+        assert not self.is_alive()
+        if self.error is not None and exc[0] is None:
+            raise self.error
+
+
+class BackgroundCall(threading.Thread):
+    """CALL queue.run_sql_tasks on its own connection of `url`; `pid` is its backend."""
+
+    def __init__(self, url: str, stage: str, max_tasks: int) -> None:
+        super().__init__(daemon=True)
+        self.url, self.stage, self.max_tasks = url, stage, max_tasks
+        self.connected = threading.Event()
+        self.pid = 0
+        self.ran: int | None = None
+        self.took = 0.0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with psycopg.connect(self.url, autocommit=True) as c:
+                self.pid = c.info.backend_pid
+                self.connected.set()
+                started = time.monotonic()
+                self.ran = call(c, self.stage, self.max_tasks)
+                self.took = time.monotonic() - started
+        except BaseException as e:
+            self.error = e
+            self.connected.set()
+
+    def result(self, timeout: float = 20) -> int:
+        self.join(timeout=timeout)
+        assert not self.is_alive(), "the call did not return"
+        if self.error is not None:
+            raise self.error
+        return self.ran
 
 
 # -- results --------------------------------------------------------------------------------------
@@ -168,7 +238,7 @@ def test_a_query_keeps_column_names_types_and_rows_in_order(admin: psycopg.Conne
     request = ("SELECT g AS n, 'row ' || g AS label, g * 1.5 AS half, g % 2 = 0 AS even, NULL::date AS day "
                "FROM generate_series(3, 1, -1) g")
     t = enqueue_sql(alice, request, stage="res.query")
-    assert call(admin, "res.query") == 1
+    assert call(alice, "res.query") == 1
     status, attempt, error, result, run_as = task(admin, t)
     assert (status, attempt, error, run_as) == ("done", 1, None, roles.alice)
     assert result == {
@@ -187,7 +257,7 @@ def test_a_statement_without_rows_records_its_command_and_row_count(admin: psyco
     insert = enqueue_sql(alice, "INSERT INTO public.sqlt_sink VALUES (1), (2)", stage="res.command", priority=0)
     update = enqueue_sql(alice, "UPDATE public.sqlt_sink SET v = v + 10 WHERE v > 0", stage="res.command", priority=1)
     empty = enqueue_sql(alice, "SELECT v FROM public.sqlt_sink WHERE v < 0", stage="res.command", priority=2)
-    assert call(admin, "res.command") == 3
+    assert call(alice, "res.command") == 3
     assert task(admin, insert)[:4] == ("done", 1, None, {"command": "INSERT", "row_count": 2})
     assert task(admin, update)[3] == {"command": "UPDATE", "row_count": 2}
     assert task(admin, empty)[3] == {"columns": [{"name": "v", "type": "integer"}], "rows": [], "row_count": 0}
@@ -200,7 +270,7 @@ def test_keep_history_false_leaves_no_history_row_after_success(admin: psycopg.C
     ok = enqueue_sql(alice, "SELECT 1", stage="res.nohistory", keep_history=False, priority=0)
     bad = enqueue_sql(alice, "SELECT 1/0", stage="res.nohistory", keep_history=False, priority=1)
     kept = enqueue_sql(alice, "SELECT 2", stage="res.nohistory", priority=2)
-    assert call(admin, "res.nohistory") == 3
+    assert call(alice, "res.nohistory") == 3
     assert admin.execute("SELECT count(*) FROM queue.tasks WHERE id = %s", (ok,)).fetchone()[0] == 0
     assert task(admin, bad)[:3] == ("fatal", 1, "22012: division by zero")  # a failure is still kept
     assert task(admin, kept)[0] == "done"
@@ -213,7 +283,7 @@ def test_division_by_zero_is_recorded_with_its_sqlstate_and_retried_or_fatal_by_
     retried = enqueue_sql(alice, "SELECT 1/0", stage="err.retry")
     admin.execute("SELECT queue.configure_stage('err.fatal', max_attempts => 1)")
     fatal = enqueue_sql(alice, "SELECT 1/0", stage="err.fatal")
-    assert call(admin, "err.retry") == 1 and call(admin, "err.fatal") == 1
+    assert call(alice, "err.retry") == 1 and call(alice, "err.fatal") == 1
     assert task(admin, retried)[:4] == ("error", 1, "22012: division by zero", None)
     assert admin.execute("SELECT run_at > now() FROM queue.live_tasks WHERE id = %s", (retried,)).fetchone()[0]
     assert task(admin, fatal)[:4] == ("fatal", 1, "22012: division by zero", None)
@@ -226,7 +296,7 @@ def test_a_failing_task_does_not_affect_the_next_task_in_the_same_call(admin: ps
     missing = enqueue_sql(alice, "SELECT * FROM sqlt_no_such_table", stage="err.next", priority=1)
     syntax = enqueue_sql(alice, "SELEKT 1", stage="err.next", priority=2)
     fine = enqueue_sql(alice, "SELECT 'fine' AS ok", stage="err.next", priority=3)
-    assert call(admin, "err.next", 10) == 4  # one call: each failure recorded, the call went on
+    assert call(alice, "err.next", 10) == 4  # one call: each failure recorded, the call went on
     assert task(admin, div)[:3] == ("fatal", 1, "22012: division by zero")
     assert task(admin, missing)[2].startswith("42P01: relation \"sqlt_no_such_table\" does not exist")
     assert task(admin, syntax)[2].startswith("42601: ")
@@ -235,9 +305,9 @@ def test_a_failing_task_does_not_affect_the_next_task_in_the_same_call(admin: ps
 
 
 def test_settings_temp_tables_and_locks_of_a_request_do_not_leak_into_the_next_task(
-        admin: psycopg.Connection, alice: psycopg.Connection, db: str, roles: Roles) -> None:
+        admin: psycopg.Connection, alice: psycopg.Connection, roles: Roles) -> None:
     stage = "err.leak"
-    before = admin.execute("SELECT current_setting('work_mem'), current_setting('search_path')").fetchone()
+    before = alice.execute("SELECT current_setting('work_mem'), current_setting('search_path')").fetchone()
     requests = ["SET search_path = pg_catalog",
                 "SET work_mem = '77MB'",
                 "SELECT set_config('sqlt.leak', 'yes', false)",
@@ -249,116 +319,263 @@ def test_settings_temp_tables_and_locks_of_a_request_do_not_leak_into_the_next_t
                                "coalesce(current_setting('sqlt.leak', true), '') AS custom, "
                                "to_regclass('pg_temp.sqlt_leak') IS NULL AS no_temp_table, "
                                "current_user::text AS who", stage=stage, priority=len(requests))
-    assert call(admin, stage, 10) == len(requests) + 1
+    assert call(alice, stage, 10) == len(requests) + 1
     assert [task(admin, t)[:3] for t in setters] == [("done", 1, None)] * len(requests)
     status, _, _, result, _ = task(admin, probe)
     assert status == "done"
     assert result["rows"] == [['"$user", public', before[0], "", True, roles.alice]]
-    # nor into the executor's own session
-    assert admin.execute("SELECT current_setting('work_mem'), current_setting('search_path')").fetchone() == before
-    assert admin.execute("SELECT current_user::text, to_regclass('pg_temp.sqlt_leak')").fetchone() == (roles.admin, None)
-    with psycopg.connect(db, autocommit=True) as other:  # the advisory lock was let go
-        assert other.execute("SELECT pg_try_advisory_lock(424242)").fetchone()[0] is True
-        other.execute("SELECT pg_advisory_unlock(424242)")
+    # nor into the executor's session itself once the call has returned
+    assert alice.execute("SELECT current_setting('work_mem'), current_setting('search_path')").fetchone() == before
+    assert alice.execute("SELECT current_user::text, to_regclass('pg_temp.sqlt_leak')").fetchone() == (roles.alice, None)
+    assert admin.execute("SELECT pg_try_advisory_lock(424242)").fetchone()[0] is True  # the lock was let go
+    admin.execute("SELECT pg_advisory_unlock(424242)")
 
 
-# -- timeout --------------------------------------------------------------------------------------
+def test_a_request_raising_query_canceled_itself_is_an_ordinary_error_and_the_call_goes_on(
+        admin: psycopg.Connection, alice: psycopg.Connection) -> None:
+    # Regression: any 57014 before the timeout used to be taken for a stop request (task handed
+    # back, attempt not counted), so such a request ran again and again.
+    stage = "err.own57014"
+    raiser = enqueue_sql(alice, "DO $$BEGIN RAISE EXCEPTION 'x' USING ERRCODE = 'query_canceled'; END$$",
+                         stage=stage, timeout="60 seconds", priority=0)
+    after = enqueue_sql(alice, "SELECT 'after' AS next", stage=stage, priority=1)
+    assert call(alice, stage, 10) == 2
+    status, attempt, error, _, _ = task(admin, raiser)
+    assert (status, attempt, error) == ("error", 1, "57014: x")
+    assert admin.execute("SELECT run_at > now() FROM queue.live_tasks WHERE id = %s", (raiser,)).fetchone()[0]
+    assert task(admin, after)[:3] == ("done", 1, None)
+    assert call(alice, stage, 10) == 0  # not due again at once: retried by the stage's backoff
+
+
+# -- deferred constraints -------------------------------------------------------------------------
+
+def test_a_deferred_constraint_trigger_fires_as_the_enqueuing_role_inside_the_task(
+        admin: psycopg.Connection, alice: psycopg.Connection, roles: Roles) -> None:
+    # Regression: with the first design (an executor login, SET ROLE, RESET ROLE before COMMIT) a
+    # deferred constraint trigger fired at the executor's COMMIT, as the executor.
+    stage, schema = "defer.who", f"sqlt_defer_{uuid.uuid4().hex[:6]}"
+    admin.execute("SELECT queue.configure_stage(%s, max_attempts => 1)", (stage,))
+    admin.execute(sql.SQL("CREATE SCHEMA {} AUTHORIZATION {}").format(sql.Identifier(schema), sql.Identifier(roles.alice)))
+    s = sql.Identifier(schema)
+    alice.execute(sql.SQL("CREATE TABLE {}.items (v integer)").format(s))
+    alice.execute(sql.SQL("CREATE TABLE {}.seen (v integer, cur text, sess text)").format(s))
+    alice.execute(sql.SQL(
+        "CREATE FUNCTION {0}.record_who() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN "
+        "  IF NEW.v < 0 THEN RAISE EXCEPTION 'deferred check failed for %', NEW.v; END IF; "
+        "  INSERT INTO {0}.seen VALUES (NEW.v, current_user, session_user); RETURN NULL; END$$").format(s))
+    alice.execute(sql.SQL("CREATE CONSTRAINT TRIGGER record_who AFTER INSERT ON {0}.items DEFERRABLE INITIALLY DEFERRED "
+                          "FOR EACH ROW EXECUTE FUNCTION {0}.record_who()").format(s))
+    ok = enqueue_sql(alice, f'INSERT INTO "{schema}".items VALUES (1)', stage=stage, priority=0)
+    bad = enqueue_sql(alice, f'INSERT INTO "{schema}".items VALUES (-1)', stage=stage, priority=1)
+    after = enqueue_sql(alice, "SELECT 'after' AS next", stage=stage, priority=2)
+    assert call(alice, stage, 10) == 3  # the deferred trigger's error did not abort the call
+    assert task(admin, ok)[:4] == ("done", 1, None, {"command": "INSERT", "row_count": 1})
+    assert admin.execute(sql.SQL("SELECT v, cur, sess FROM {}.seen").format(s)).fetchall() == \
+        [(1, roles.alice, roles.alice)]  # the trigger ran as alice, in her task: never as anyone else
+    status, attempt, error, result, _ = task(admin, bad)
+    assert (status, attempt, result) == ("fatal", 1, None)
+    assert error.startswith("P0001: deferred check failed for -1"), error  # the task's error
+    assert admin.execute(sql.SQL("SELECT array_agg(v) FROM {}.items").format(s)).fetchone()[0] == [1]  # rolled back
+    assert task(admin, after)[0] == "done"
+
+
+def test_a_temp_table_with_a_pending_deferred_trigger_does_not_strand_its_task(
+        admin: psycopg.Connection, alice: psycopg.Connection) -> None:
+    # Regression: the cleanup (DISCARD TEMP) ran in the task's transaction, where the temp table
+    # still had trigger events pending: the whole CALL failed, and the task stayed running.
+    stage = "defer.temp"
+    trap = ("DO $$BEGIN CREATE TEMP TABLE sqlt_trap (a int); "
+            "CREATE FUNCTION pg_temp.sqlt_noop() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END'; "
+            "CREATE CONSTRAINT TRIGGER sqlt_trap AFTER INSERT ON pg_temp.sqlt_trap DEFERRABLE INITIALLY DEFERRED "
+            "FOR EACH ROW EXECUTE FUNCTION pg_temp.sqlt_noop(); INSERT INTO pg_temp.sqlt_trap VALUES (1); END$$")
+    trapped = enqueue_sql(alice, trap, stage=stage, priority=0)
+    after = enqueue_sql(alice, "SELECT to_regclass('pg_temp.sqlt_trap') IS NULL AS gone", stage=stage, priority=1)
+    assert call(alice, stage, 10) == 2
+    assert task(admin, trapped)[:4] == ("done", 1, None, {"command": "DO", "row_count": 0})
+    assert task(admin, after)[:4] == ("done", 1, None, {"columns": [{"name": "gone", "type": "boolean"}],
+                                                        "rows": [[True]], "row_count": 1})
+    assert alice.execute("SELECT to_regclass('pg_temp.sqlt_trap')").fetchone()[0] is None
+
+
+# -- timeout and stop -----------------------------------------------------------------------------
 
 def test_the_watchdog_cancels_a_statement_past_its_timeout_as_57014_and_the_next_task_runs(
-        admin: psycopg.Connection, alice: psycopg.Connection, db: str) -> None:
+        admin: psycopg.Connection, alice: psycopg.Connection, roles: Roles) -> None:
     stage = "timeout"
     admin.execute("SELECT queue.configure_stage(%s, max_attempts => 1)", (stage,))
     slow = enqueue_sql(alice, "SELECT pg_sleep(30)", stage=stage, timeout="1 second", priority=0)
     after = enqueue_sql(alice, "SELECT 'after' AS next", stage=stage, priority=1)
-    stop = threading.Event()
-    cancels: list[int] = []
-    watchdog = threading.Thread(target=lambda: cancels.extend(watchdog_until_first_cancel(db, stop)), daemon=True)
-    watchdog.start()
-    started = time.monotonic()
-    try:
-        ran = call(admin, stage, 10)
-    finally:
+    # The watchdog keeps polling every 0.1 s throughout: it signals a task at most once per 5 s,
+    # so no second cancel reaches the executor while it records the first.
+    with Watchdog(roles.alice_url) as watchdog:
+        started = time.monotonic()
+        ran = call(alice, stage, 10)
         took = time.monotonic() - started
-        stop.set()
-        watchdog.join(timeout=10)
+        time.sleep(0.3)
     assert ran == 2
-    assert 0.9 < took < 5, took
-    assert sum(cancels) == 1
+    assert 0.9 < took < 7, took
+    assert sum(watchdog.cancels) == 1, watchdog.cancels
     status, attempt, error, result, _ = task(admin, slow)
     assert (status, attempt, result) == ("fatal", 1, None)
-    assert error.startswith("57014: ") and error.endswith("(timeout 00:00:01)"), error
+    assert error == "57014: canceling statement due to user request (timeout 00:00:01)", error
     assert task(admin, after)[:4] == ("done", 1, None, {"columns": [{"name": "next", "type": "text"}],
                                                         "rows": [["after"]], "row_count": 1})
+
+
+def test_a_stop_request_hands_the_task_back_and_the_call_returns(admin: psycopg.Connection,
+                                                                 alice: psycopg.Connection, roles: Roles) -> None:
+    # Regression: a stop request (pg_cancel_backend before the timeout) used to hand the task back
+    # and go on to claim the next one, so stopping took a cancel per due task.
+    stage = "stop.request"
+    slow = enqueue_sql(alice, "SELECT pg_sleep(5)", stage=stage, timeout="60 seconds", priority=0)
+    due = [enqueue_sql(alice, "SELECT 1", stage=stage, priority=1) for _ in range(3)]
+    executor = BackgroundCall(roles.alice_url, stage, 10)
+    executor.start()
+    executor.connected.wait(10)
+    wait_for(lambda: task(admin, slow)[0] == "running", timeout=10)
+    time.sleep(0.3)  # in pg_sleep
+    assert alice.execute("SELECT pg_cancel_backend(%s)", (executor.pid,)).fetchone()[0] is True
+    assert executor.result() == 1  # it handed one back and returned, though 3 more were due
+    assert executor.took < 4, executor.took
+    assert task(admin, slow)[:4] == ("ready", 0, None, None)  # back, the attempt not counted
+    assert [task(admin, t)[:2] for t in due] == [("ready", 0)] * 3
+    assert admin.execute("SELECT count(*) FROM queue.history WHERE stage = %s", (stage,)).fetchone()[0] == 0
 
 
 # -- security -------------------------------------------------------------------------------------
 
 def test_a_role_cannot_read_through_a_task_a_table_it_cannot_read_directly(
-        admin: psycopg.Connection, alice: psycopg.Connection, roles: Roles) -> None:
+        admin: psycopg.Connection, alice: psycopg.Connection, roles: Roles, secret: str) -> None:
     stage = "sec.read"
     admin.execute("SELECT queue.configure_stage(%s, max_attempts => 1)", (stage,))
-    admin.execute("CREATE TABLE public.sqlt_secret (s text)")
-    admin.execute("INSERT INTO public.sqlt_secret VALUES ('top secret')")
-    admin.execute("REVOKE ALL ON public.sqlt_secret FROM PUBLIC")
-    admin.execute(sql.SQL("GRANT SELECT ON public.sqlt_secret TO {}").format(sql.Identifier(roles.executor)))
-    # Directly: alice cannot; both executors (the superuser, and the login granted alice) can.
+    read = f"SELECT s FROM public.{secret}"
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        alice.execute("SELECT s FROM public.sqlt_secret")
-    assert admin.execute("SELECT s FROM public.sqlt_secret").fetchall() == [("top secret",)]
-    with psycopg.connect(roles.executor_url, autocommit=True) as executor:
-        assert executor.execute("SELECT s FROM public.sqlt_secret").fetchall() == [("top secret",)]
-        # Through a task, run by either executor: refused, and nothing of the table recorded.
-        by_login = enqueue_sql(alice, "SELECT s FROM public.sqlt_secret", stage=stage)
-        assert call(executor, stage) == 1
-    by_superuser = enqueue_sql(alice, "SELECT s FROM public.sqlt_secret", stage=stage)
-    assert call(admin, stage) == 1
-    for t in (by_login, by_superuser):
-        status, _, error, result, run_as = task(admin, t)
-        assert (status, result, run_as) == ("fatal", None, roles.alice)
-        assert error.startswith("42501: permission denied for table sqlt_secret"), error
-    assert admin.execute("SELECT count(*) FROM queue.tasks WHERE stage = %s AND (result::text LIKE '%%top secret%%' "
-                         "OR error_text LIKE '%%top secret%%')", (stage,)).fetchone()[0] == 0
+        alice.execute(read)
+    assert admin.execute(read).fetchall() == [("top secret",)]
+    t = enqueue_sql(alice, read, stage=stage)
+    assert call(admin, stage) == 0  # a superuser's executor runs only the superuser's own tasks
+    assert task(admin, t)[0] == "ready"
+    assert call(alice, stage) == 1
+    status, _, error, result, run_as = task(admin, t)
+    assert (status, result, run_as) == ("fatal", None, roles.alice)
+    assert error.startswith(f"42501: permission denied for table {secret}"), error
+    assert secret_leaked(admin, stage) == 0
     # The control: once alice may read it, the same task reads it.
-    admin.execute(sql.SQL("GRANT SELECT ON public.sqlt_secret TO {}").format(sql.Identifier(roles.alice)))
-    granted = enqueue_sql(alice, "SELECT s FROM public.sqlt_secret", stage=stage)
-    assert call(admin, stage) == 1
+    admin.execute(sql.SQL("GRANT SELECT ON public.{} TO {}").format(sql.Identifier(secret), sql.Identifier(roles.alice)))
+    granted = enqueue_sql(alice, read, stage=stage)
+    assert call(alice, stage) == 1
     assert task(admin, granted)[3]["rows"] == [["top secret"]]
 
 
-@pytest.mark.parametrize("request_", [
-    "RESET ROLE",
-    "SET ROLE NONE",
-    "SET ROLE {admin}",
-    "SELECT set_config('role', '{admin}', false)",
-    "SET SESSION AUTHORIZATION DEFAULT",
-    "SELECT set_config('session_authorization', '{admin}', false)",
-])
-def test_a_request_cannot_take_the_executors_role(request_: str, admin: psycopg.Connection,
-                                                  alice: psycopg.Connection, roles: Roles) -> None:
+def test_the_request_runs_as_the_enqueuing_role_in_its_own_session(admin: psycopg.Connection,
+                                                                   alice: psycopg.Connection, roles: Roles) -> None:
+    t = enqueue_sql(alice, "SELECT current_user, session_user", stage="sec.whoami")
+    assert call(alice, "sec.whoami") == 1
+    assert task(admin, t)[3]["rows"] == [[roles.alice, roles.alice]]
+    assert who(alice) == (roles.alice, roles.alice)
+
+
+# Each attempt to reach another identity from a request: (request, how the task ends). In alice's
+# own session the harmless ones are no-ops (there is no other role to go back to); the others are
+# refused by the server.
+ESCALATIONS = [
+    ("RESET ROLE", "done"),
+    ("SET ROLE NONE", "done"),
+    ("SET SESSION AUTHORIZATION DEFAULT", "done"),
+    ("SET ROLE {admin}", "42501: permission denied to set role"),
+    ("SELECT set_config('role', '{admin}', false)", "42501: permission denied to set role"),
+    ("SET SESSION AUTHORIZATION {admin}", "42501: permission denied to set session authorization"),
+    ("SELECT set_config('session_authorization', '{admin}', false)",
+     "42501: permission denied to set session authorization"),
+]
+
+
+@pytest.mark.parametrize("request_,outcome", ESCALATIONS, ids=[r for r, _ in ESCALATIONS])
+def test_a_request_cannot_take_another_identity(request_: str, outcome: str, admin: psycopg.Connection,
+                                                alice: psycopg.Connection, roles: Roles, secret: str) -> None:
     stage = "sec.escalate"
     admin.execute("SELECT queue.configure_stage(%s, max_attempts => 1)", (stage,))
-    t = enqueue_sql(alice, request_.format(admin=roles.admin), stage=stage, priority=0)
+    escalate = request_.format(admin=roles.admin)
+    as_statement = escalate.replace("SELECT set_config", "PERFORM set_config")
+    t = enqueue_sql(alice, escalate, stage=stage, priority=0)
     whoami = enqueue_sql(alice, "SELECT current_user, session_user", stage=stage, priority=1)
-    assert call(admin, stage) == 2
+    # The same, then the read, in one request.
+    then_read = enqueue_sql(alice, f"DO $$DECLARE v text; BEGIN {as_statement}; SELECT s INTO v FROM public.{secret}; "
+                                   "RAISE NOTICE '%', v; END$$", stage=stage, priority=2)
+    assert call(alice, stage) == 3
     status, _, error, result, _ = task(admin, t)
+    if outcome == "done":
+        assert (status, error) == ("done", None)
+    else:
+        assert (status, result) == ("fatal", None)
+        assert error.startswith(outcome), error
+    assert task(admin, whoami)[3]["rows"] == [[roles.alice, roles.alice]]
+    status, _, error, result, _ = task(admin, then_read)
     assert (status, result) == ("fatal", None)
-    assert error.startswith("42501: "), error
-    assert task(admin, whoami)[3]["rows"] == [[roles.alice, roles.admin]]
+    assert error.startswith(outcome if outcome != "done" else f"42501: permission denied for table {secret}"), error
+    assert secret_leaked(admin, stage) == 0
+    assert who(alice) == (roles.alice, roles.alice)
 
 
-def test_the_request_runs_as_the_enqueuing_role_under_a_non_superuser_executor(
-        admin: psycopg.Connection, alice: psycopg.Connection, roles: Roles) -> None:
-    t = enqueue_sql(alice, "SELECT current_user, session_user", stage="sec.whoami")
-    with psycopg.connect(roles.executor_url, autocommit=True) as executor:
-        assert call(executor, "sec.whoami") == 1
-        assert executor.execute("SELECT current_user::text").fetchone()[0] == roles.executor
-    assert task(admin, t)[3]["rows"] == [[roles.alice, roles.executor]]
+def test_an_executor_runs_only_its_own_roles_tasks(admin: psycopg.Connection, alice: psycopg.Connection,
+                                                   roles: Roles) -> None:
+    stage = "sec.roles"
+    admin.execute("SELECT queue.configure_stage(%s, max_attempts => 1)", (stage,))
+    with psycopg.connect(roles.bob_url, autocommit=True) as bob:
+        hers = [enqueue_sql(alice, "SELECT current_user", stage=stage) for _ in range(2)]
+        his = enqueue_sql(bob, "SELECT current_user", stage=stage, priority=-1)  # first in the stage's order
+        assert call(alice, stage, 10) == 2
+        assert [task(admin, t)[3]["rows"] for t in hers] == [[[roles.alice]]] * 2
+        assert task(admin, his)[0] == "ready"  # not alice's to run
+        assert call(admin, stage, 10) == 0
+        assert call(bob, stage, 10) == 1
+        assert task(admin, his)[3]["rows"] == [[roles.bob]]
+        # Nor do their watchdogs reach each other's tasks.
+        slow = enqueue_sql(bob, "SELECT pg_sleep(30)", stage=stage, timeout="1 second")
+        executor = BackgroundCall(roles.bob_url, stage, 1)
+        executor.start()
+        wait_for(lambda: task(admin, slow)[0] == "running", timeout=10)
+        cancels: list[tuple[int, int]] = []
+
+        def watchdogs() -> bool:  # alice's first: she would see the task as soon as bob does
+            cancels.append((alice.execute(CRON_WATCHDOG).fetchone()[0], bob.execute(CRON_WATCHDOG).fetchone()[0]))
+            return cancels[-1][1] == 1
+
+        wait_for(watchdogs, timeout=10, every=0.1)
+        assert sum(a for a, _ in cancels) == 0, cancels
+        assert executor.result() == 1
+    status, _, error, _, run_as = task(admin, slow)
+    assert (status, run_as) == ("fatal", roles.bob) and error.startswith("57014: "), error
 
 
-def test_only_members_of_skiplock_sql_may_enqueue_sql_tasks(admin: psycopg.Connection, roles: Roles) -> None:
+def test_run_sql_tasks_refuses_to_run_under_set_role(admin: psycopg.Connection, alice: psycopg.Connection,
+                                                     roles: Roles) -> None:
+    stage = "sec.setrole"
+    t = enqueue_sql(alice, "SELECT current_user", stage=stage)
+    admin.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(roles.alice)))
+    try:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="must not run under SET ROLE"):
+            call(admin, stage)
+    finally:
+        admin.execute("RESET ROLE")
+    alice.execute("SET ROLE skiplock_sql")  # a role alice is a member of
+    try:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="must not run under SET ROLE"):
+            call(alice, stage)
+    finally:
+        alice.execute("RESET ROLE")
+    assert task(admin, t)[:2] == ("ready", 0)
+    assert call(alice, stage) == 1 and task(admin, t)[3]["rows"] == [[roles.alice]]
+
+
+def test_only_members_of_skiplock_sql_may_enqueue_or_run_sql_tasks(admin: psycopg.Connection, roles: Roles) -> None:
     with psycopg.connect(roles.producer_url, autocommit=True) as producer:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             enqueue_sql(producer, "SELECT 1", stage="sec.enqueue")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            call(producer, "sec.enqueue")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            producer.execute(CRON_WATCHDOG)
     assert admin.execute("SELECT count(*) FROM queue.tasks WHERE stage = 'sec.enqueue'").fetchone()[0] == 0
 
 
@@ -373,13 +590,14 @@ def test_a_producer_cannot_rewrite_an_sql_task_through_enqueue_rerun(admin: psyc
     assert admin.execute("SELECT payload, run_as::text, status::text FROM queue.live_tasks WHERE id = %s",
                          (t,)).fetchone() == (payload, roles.alice, "ready")
     assert payload["sql"] == "SELECT 'mine'"
+    assert call(alice, "sec.rerun") == 1
+    assert task(admin, t)[3]["rows"] == [["mine"]]
 
 
 # -- max running ----------------------------------------------------------------------------------
 
 def test_max_2_never_runs_more_than_2_tasks_of_the_stage_at_once(admin: psycopg.Connection,
-                                                                 alice: psycopg.Connection, db: str,
-                                                                 roles: Roles) -> None:
+                                                                 alice: psycopg.Connection, roles: Roles) -> None:
     stage, n = "cap", 8
     admin.execute("CREATE TABLE public.sqlt_cap_log (started timestamptz, ended timestamptz)")
     admin.execute(sql.SQL("GRANT INSERT ON public.sqlt_cap_log TO {}").format(sql.Identifier(roles.alice)))
@@ -388,7 +606,7 @@ def test_max_2_never_runs_more_than_2_tasks_of_the_stage_at_once(admin: psycopg.
     ids = [enqueue_sql(alice, request, stage=stage, max=2) for _ in range(n)]
     done = lambda: admin.execute("SELECT count(*) FROM queue.history WHERE stage = %s AND status = 'done'",  # noqa: E731
                                  (stage,)).fetchone()[0] == n
-    with Executors(db, stage, n=4):
+    with Executors(roles.alice_url, stage, n=4):
         took = wait_for(done, timeout=20)
     assert took >= 1.9  # 8 runs of 0.5 s, 2 at a time
     intervals = admin.execute("SELECT started, ended FROM public.sqlt_cap_log").fetchall()
@@ -403,20 +621,19 @@ def test_max_2_never_runs_more_than_2_tasks_of_the_stage_at_once(admin: psycopg.
 
 # -- repeat ---------------------------------------------------------------------------------------
 
-def test_repeat_with_drift_stays_on_the_grid_and_without_drift_plans_from_the_run(
-        admin: psycopg.Connection, alice: psycopg.Connection, db: str) -> None:
+def test_repeat_with_drift_stays_on_the_grid_and_without_drift_plans_from_the_runs_end(
+        admin: psycopg.Connection, alice: psycopg.Connection, roles: Roles) -> None:
     # Each run takes 0.3 s and the executors look only every 0.2 s, so runs start late.
     grid = enqueue_sql(alice, "SELECT pg_sleep(0.3)", stage="repeat.drift", repeat="1 second", drift=True)
     after = enqueue_sql(alice, "SELECT pg_sleep(0.3)", stage="repeat.nodrift", repeat="1 second", drift=False)
-    with Executors(db, "repeat.drift", idle=0.2), Executors(db, "repeat.nodrift", idle=0.2):
+    with Executors(roles.alice_url, "repeat.drift", idle=0.2), Executors(roles.alice_url, "repeat.nodrift", idle=0.2):
         time.sleep(4.6)
     admin.execute("SELECT queue.cancel(%s), queue.cancel(%s)", (grid, after))
 
     def runs(t: int) -> list[tuple[float, float, float]]:
-        rows = admin.execute("SELECT extract(epoch FROM run_at)::float8, extract(epoch FROM started)::float8, "
+        return admin.execute("SELECT extract(epoch FROM run_at)::float8, extract(epoch FROM started)::float8, "
                              "       extract(epoch FROM finished)::float8 "
                              "  FROM queue.history WHERE id = %s AND status = 'done' ORDER BY finished", (t,)).fetchall()
-        return rows
 
     drift = runs(grid)
     assert len(drift) >= 3, drift
@@ -424,13 +641,17 @@ def test_repeat_with_drift_stays_on_the_grid_and_without_drift_plans_from_the_ru
     assert all(abs(o - round(o)) < 0.001 for o in offsets), offsets  # planned from the slot: on the 1 s grid
     assert [round(o) for o in offsets] == sorted(set(round(o) for o in offsets))
     assert all(started - run_at < 0.6 for run_at, started, _ in drift)
+    assert all(finished - started >= 0.3 for _, started, finished in drift)  # finished: the run's real end
 
     nodrift = runs(after)
     assert len(nodrift) >= 3, nodrift
+    # Regression: finished used to be the start of the request's transaction, and the next run
+    # was planned from it.
+    assert all(finished - started >= 0.3 for _, started, finished in nodrift), nodrift
     gaps = [nodrift[i + 1][0] - nodrift[i][2] for i in range(len(nodrift) - 1)]
-    assert all(abs(g - 1.0) < 0.05 for g in gaps), gaps  # the next run_at is the recorded finish + repeat
+    assert all(abs(g - 1.0) < 0.005 for g in gaps), gaps  # the next run_at is the run's end + repeat
     offsets = [r[0] - nodrift[0][0] for r in nodrift]
-    assert any(abs(o - round(o)) > 0.01 for o in offsets[1:]), offsets  # late starts push it off the grid
+    assert any(abs(o - round(o)) > 0.01 for o in offsets[1:]), offsets  # late starts and 0.3 s runs push it off the grid
 
 
 # -- the CLI --------------------------------------------------------------------------------------
@@ -458,10 +679,16 @@ def statuses(conn: psycopg.Connection, stage: str) -> dict[str, int]:
                              (stage,)).fetchall())
 
 
-def test_cli_refuses_a_login_that_may_not_run_sql_tasks(roles: Roles) -> None:
-    proc = subprocess.run([sys.executable, "-m", "skiplock", "--db", roles.alice_url, "run-sql", "--stage", "x"],
-                          capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=60)
-    assert proc.returncode == 1 and "skiplock_sql_executor" in proc.stderr, proc.stderr
+def test_cli_refuses_a_login_outside_skiplock_sql_or_under_set_role(db: str, roles: Roles) -> None:
+    def run(url: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "skiplock", "--db", url, "run-sql", "--stage", "x"],
+                              capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=60)
+
+    proc = run(roles.producer_url)
+    assert proc.returncode == 1 and f"GRANT skiplock_sql TO {roles.producer}" in proc.stderr, proc.stderr
+    as_alice = psycopg.conninfo.make_conninfo(db, options=f"-c role={roles.alice}")  # the superuser, SET ROLE alice
+    proc = run(as_alice)
+    assert proc.returncode == 1 and "SET ROLE" in proc.stderr and roles.alice in proc.stderr, proc.stderr
 
 
 def test_cli_drains_tasks_with_3_connections_and_wakes_on_notify(admin: psycopg.Connection,
@@ -469,11 +696,14 @@ def test_cli_drains_tasks_with_3_connections_and_wakes_on_notify(admin: psycopg.
                                                                  tmp_path: Path) -> None:
     stage, log = "cli.drain", tmp_path / "run-sql.log"
     ids = [enqueue_sql(alice, f"SELECT {i} AS i", stage=stage) for i in range(30)]
+    with psycopg.connect(roles.bob_url, autocommit=True) as bob:
+        bobs = enqueue_sql(bob, "SELECT 'bob'", stage=stage)
     # --poll 30: within the test only a NOTIFY can wake an idle executor.
-    proc = run_sql_cli(roles.executor_url, "--stage", stage, "--concurrency", "3", "--poll", "30", log=log)
+    proc = run_sql_cli(roles.alice_url, "--stage", stage, "--concurrency", "3", "--poll", "30", log=log)
     try:
-        wait_for(lambda: statuses(admin, stage) == {"done": 30}, timeout=30)
-        results = admin.execute("SELECT id, result FROM queue.tasks WHERE stage = %s", (stage,)).fetchall()
+        wait_for(lambda: statuses(admin, stage) == {"done": 30, "ready": 1}, timeout=30)
+        results = admin.execute("SELECT id, result FROM queue.tasks WHERE stage = %s AND status = 'done'",
+                                (stage,)).fetchall()
         assert {i: r["rows"] for i, r in results} == {t: [[n]] for n, t in enumerate(ids)}
         workers = admin.execute("SELECT count(DISTINCT worker) FROM queue.history WHERE stage = %s",
                                 (stage,)).fetchone()[0]
@@ -482,12 +712,34 @@ def test_cli_drains_tasks_with_3_connections_and_wakes_on_notify(admin: psycopg.
         late = enqueue_sql(alice, "SELECT 'late'", stage=stage)
         took = wait_for(lambda: task(admin, late)[0] == "done", timeout=10, every=0.02)
         assert took < 1.0, took
+        assert task(admin, bobs)[0] == "ready"  # bob's task is not alice's executors' to run
     finally:
         rc, stopping = stop(proc)
-    assert rc == 0, log.read_text()
-    assert stopping < 3
     out = log.read_text()
-    assert "stopped: 31 task(s) run" in out, out
+    assert rc == 0, out
+    assert stopping < 3
+    assert f"running the SQL tasks that role {roles.alice} enqueued" in out, out
+    assert f"stopped: 31 task(s) of role {roles.alice} run" in out, out
+
+
+def test_cli_survives_unlisten_and_deallocate_in_a_request(admin: psycopg.Connection, alice: psycopg.Connection,
+                                                           roles: Roles, tmp_path: Path) -> None:
+    # A request runs on the executor's own session: the CLI LISTENs again after each call, and
+    # never prepares its CALL (psycopg would after 5 runs, and DEALLOCATE ALL would drop it).
+    stage, log = "cli.session", tmp_path / "run-sql.log"
+    requests = [*(f"SELECT {i}" for i in range(6)), "DEALLOCATE ALL", "UNLISTEN *", *(f"SELECT {i}" for i in range(3))]
+    ids = [enqueue_sql(alice, r, stage=stage, priority=i) for i, r in enumerate(requests)]
+    proc = run_sql_cli(roles.alice_url, "--stage", stage, "--poll", "30", log=log)
+    try:
+        wait_for(lambda: all(task(admin, t)[0] == "done" for t in ids), timeout=15)
+        time.sleep(1.0)  # idle, on LISTEN again
+        late = enqueue_sql(alice, "SELECT 'late'", stage=stage)
+        took = wait_for(lambda: task(admin, late)[0] == "done", timeout=10, every=0.02)
+        assert took < 1.0, took
+    finally:
+        rc, _ = stop(proc)
+    assert rc == 0, log.read_text()
+    assert "ended in an error" in log.read_text() and "0 call(s) ended in an error" in log.read_text()
 
 
 def test_cli_sigterm_mid_run_releases_running_tasks_and_loses_none(admin: psycopg.Connection,
@@ -495,24 +747,27 @@ def test_cli_sigterm_mid_run_releases_running_tasks_and_loses_none(admin: psycop
                                                                   tmp_path: Path) -> None:
     stage, n = "cli.stop", 6
     ids = [enqueue_sql(alice, "SELECT pg_sleep(3)", stage=stage) for _ in range(n)]
-    proc = run_sql_cli(roles.executor_url, "--stage", stage, "--concurrency", "3", "--grace", "1",
-                       log=tmp_path / "first.log")
+    proc = run_sql_cli(roles.alice_url, "--stage", stage, "--concurrency", "3", "--grace", "1",
+                       "--max-tasks-per-call", "10", log=tmp_path / "first.log")
     try:
         wait_for(lambda: statuses(admin, stage).get("running") == 3, timeout=15)
         time.sleep(0.2)
     finally:
         rc, took = stop(proc)
-    assert rc == 0, (tmp_path / "first.log").read_text()
-    assert took < 4, took  # grace 1 s, then the calls are cancelled
+    first = (tmp_path / "first.log").read_text()
+    assert rc == 0, first
+    assert took < 3, took  # grace 1 s, then one cancel each: every call hands its task back and returns
     rows = admin.execute("SELECT id, status::text, attempt, error_text FROM queue.tasks WHERE stage = %s",
                          (stage,)).fetchall()
     assert sorted(r[0] for r in rows) == sorted(ids)  # none lost, none duplicated
-    assert {r[1] for r in rows} <= {"done", "ready"}, rows  # nothing left running
-    released = [r for r in rows if r[1] == "ready"]
-    assert len(released) >= 3 and all(r[2] == 0 and r[3] is None for r in released), rows  # attempt not counted
-    assert "stopped: 0 task(s) run, 3 handed back at stop" in (tmp_path / "first.log").read_text()
+    assert {r[1] for r in rows} == {"ready"}, rows  # nothing left running, nothing run
+    assert all(r[2] == 0 and r[3] is None for r in rows), rows  # attempt not counted
+    assert f"stopped: 0 task(s) of role {roles.alice} run, 3 handed back at stop" in first, first
+    # Nothing left running: the only session of alice is the test's own.
+    wait_for(lambda: admin.execute("SELECT array_agg(pid) FROM pg_stat_activity WHERE usename = %s",
+                                   (roles.alice,)).fetchone()[0] == [alice.info.backend_pid], timeout=5)
 
-    proc = run_sql_cli(roles.executor_url, "--stage", stage, "--concurrency", str(n), log=tmp_path / "second.log")
+    proc = run_sql_cli(roles.alice_url, "--stage", stage, "--concurrency", str(n), log=tmp_path / "second.log")
     try:
         wait_for(lambda: statuses(admin, stage) == {"done": n}, timeout=20)
     finally:
@@ -522,47 +777,48 @@ def test_cli_sigterm_mid_run_releases_running_tasks_and_loses_none(admin: psycop
                          (stage,)).fetchone() == (n, n, 1)
 
 
-def test_cli_keeps_serving_the_stage_when_a_call_fails(admin: psycopg.Connection, alice: psycopg.Connection,
-                                                       roles: Roles, tmp_path: Path) -> None:
+def test_cli_keeps_serving_the_stage_when_a_call_fails_or_its_connection_drops(
+        admin: psycopg.Connection, alice: psycopg.Connection, roles: Roles, tmp_path: Path) -> None:
     stage, log = "cli.resilient", tmp_path / "run-sql.log"
-    # A temp table with a deferred trigger event still pending: run_sql_tasks' DISCARD TEMP after
-    # the request fails, and with it the whole CALL (reported as a bug of run_sql_tasks).
-    trap = ("DO $$BEGIN CREATE TEMP TABLE sqlt_trap (a int); "
-            "CREATE FUNCTION pg_temp.sqlt_noop() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END'; "
-            "CREATE CONSTRAINT TRIGGER sqlt_trap AFTER INSERT ON pg_temp.sqlt_trap DEFERRABLE INITIALLY DEFERRED "
-            "FOR EACH ROW EXECUTE FUNCTION pg_temp.sqlt_noop(); INSERT INTO pg_temp.sqlt_trap VALUES (1); END$$")
-    enqueue_sql(alice, trap, stage=stage, priority=0)
-    fine = [enqueue_sql(alice, f"SELECT {i}", stage=stage, priority=1) for i in range(3)]
-    proc = run_sql_cli(roles.executor_url, "--stage", stage, "--poll", "0.2", log=log)
+    # Alice may enqueue into the stage but not take from it: every CALL fails (42501 from the claim).
+    admin.execute("SELECT queue.grant_stage(%s, %s::regrole, enqueue => true, take => false)", (stage, roles.alice))
+    first = [enqueue_sql(alice, f"SELECT {i}", stage=stage) for i in range(3)]
+    proc = run_sql_cli(roles.alice_url, "--stage", stage, "--poll", "0.2", log=log)
     try:
-        wait_for(lambda: all(task(admin, t)[0] == "done" for t in fine), timeout=15)
+        wait_for(lambda: "call failed (42501: permission denied for stage" in log.read_text(), timeout=15)
+        assert proc.poll() is None, log.read_text()
+        assert [task(admin, t)[0] for t in first] == ["ready"] * 3
+        admin.execute("SELECT queue.grant_stage(%s, %s::regrole, enqueue => true, take => true)", (stage, roles.alice))
+        wait_for(lambda: all(task(admin, t)[0] == "done" for t in first), timeout=15)
+        # Every connection of the CLI dropped (executor and watchdog): it reconnects.
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s AND pid <> %s",
+                      (roles.alice, alice.info.backend_pid))
+        second = [enqueue_sql(alice, f"SELECT {i}", stage=stage) for i in range(3)]
+        wait_for(lambda: all(task(admin, t)[0] == "done" for t in second), timeout=15)
         assert proc.poll() is None, log.read_text()
     finally:
         rc, _ = stop(proc)
-    assert rc == 0, log.read_text()
+    out = log.read_text()
+    assert rc == 0, out
+    assert f"stopped: 6 task(s) of role {roles.alice} run" in out, out
 
 
 # -- pg_cron --------------------------------------------------------------------------------------
 
-def test_the_pg_cron_recipe_commands_work_when_run_by_hand(admin: psycopg.Connection, alice: psycopg.Connection,
-                                                           roles: Roles) -> None:
-    assert f"$${CRON_RUN}$$" in CRON_SCHEDULE_RUN and f"$${CRON_WATCHDOG}$$" in CRON_SCHEDULE_WATCHDOG
+def test_the_pg_cron_recipe_commands_work_when_run_by_hand_as_the_role(admin: psycopg.Connection,
+                                                                       alice: psycopg.Connection,
+                                                                       roles: Roles) -> None:
+    readme = (ROOT / "README.md").read_text()
+    for job in (CRON_RUN, CRON_WATCHDOG):  # the README's two jobs, run as the enqueuing role
+        assert f"$${job}$$, current_database(), 'reporting'" in readme, job
     now = enqueue_sql(alice, "SELECT now() IS NOT NULL AS ok", stage="reports", priority=0)
     slow = enqueue_sql(alice, "SELECT pg_sleep(30)", stage="reports", timeout="1 second", priority=1)
     admin.execute("SELECT queue.configure_stage('reports', max_attempts => 1)")
-    stop_ = threading.Event()
-    cancels: list[int] = []
-    # pg_cron's two jobs, by hand, each on a plain connection of the executor's login
-    watchdog = threading.Thread(target=lambda: cancels.extend(
-        watchdog_until_first_cancel(roles.executor_url, stop_, every=0.5, command=CRON_WATCHDOG)), daemon=True)
-    watchdog.start()
-    try:
-        with psycopg.connect(roles.executor_url, autocommit=True) as executor:
+    # pg_cron's two jobs, by hand, each on a plain connection of alice's login
+    with Watchdog(roles.alice_url, every=0.5) as watchdog:
+        with psycopg.connect(roles.alice_url, autocommit=True) as executor:
             assert executor.execute(CRON_RUN).fetchone()[0] == 2
-    finally:
-        stop_.set()
-        watchdog.join(timeout=10)
-    assert sum(cancels) == 1
+    assert sum(watchdog.cancels) == 1
     assert task(admin, now)[:4] == ("done", 1, None, {"columns": [{"name": "ok", "type": "boolean"}],
                                                       "rows": [[True]], "row_count": 1})
     assert task(admin, slow)[0] == "fatal" and task(admin, slow)[2].startswith("57014: ")

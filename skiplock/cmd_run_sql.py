@@ -228,7 +228,7 @@ class Watchdog(threading.Thread):
                                     if sh.in_call.get(index) != (pid, number):
                                         continue  # the call has just returned
                                     sh.stop_cancelled.add(index)
-                                self.conn.execute("SELECT pg_cancel_backend(%s)", (pid,))
+                                self.conn.execute("SELECT queue.stop_sql_executor(%s)", (pid,))
                                 self.cancelled_at_stop += 1
                 except psycopg.Error:
                     if not (self.conn.broken or self.conn.closed):

@@ -32,11 +32,13 @@ UPGRADE = [
     'functions/reap_hung.sql',
     'functions/retry.sql',
     'functions/run_sql_tasks.sql',
+    'functions/stop_sql_executor.sql',
     'views/tasks.sql',
 ]
 DOWNGRADE = [
     'alter/tables/history.sql',  # drops queue.tasks first (hand-moved: a view cannot lose columns)
     'views/tasks.sql',
+    'drop/functions/stop_sql_executor.sql',
     'drop/functions/run_sql_tasks.sql',
     'functions/retry.sql',
     'functions/reap_hung.sql',

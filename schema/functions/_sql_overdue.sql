@@ -16,7 +16,10 @@ AS $$
      WHERE t.status = 'running' AND t.run_as = SESSION_USER::regrole
        AND t.started + coalesce((t.payload ->> 'timeout')::interval,
                                 (queue._settings(t.stage)).lease_duration) < pg_catalog.now()
-       AND t.updated < pg_catalog.now() - interval '5 seconds'
+       -- not signalled since it went overdue (the claim set updated = started), or over 5 s ago
+       AND (t.updated <= t.started + coalesce((t.payload ->> 'timeout')::interval,
+                                              (queue._settings(t.stage)).lease_duration)
+            OR t.updated < pg_catalog.now() - interval '5 seconds')
     RETURNING t.id, pg_catalog.substring(t.worker, '#([0-9]{1,9})$')::integer, t.started
 $$;
 COMMENT ON FUNCTION queue._sql_overdue() IS 'Internal, for cancel_overdue_sql_tasks (role skiplock_sql): running SQL tasks of the caller''s login role past their timeout, the pid of the executor backend that took each and when; each at most once per 5 s.';

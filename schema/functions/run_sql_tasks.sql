@@ -11,8 +11,9 @@
 -- Results: a query's rows are kept (CREATE TEMP TABLE AS) as jsonb with column names and types;
 -- other statements report their command and row count. Errors are caught with their SQLSTATE and
 -- recorded with fail() (the stage's retry policy decides). A statement cancelled past its timeout
--- (cancel_overdue_sql_tasks) is recorded as 57014; one cancelled before it (pg_cancel_backend:
--- the executor is stopping) is handed back with release() and the call returns.
+-- (cancel_overdue_sql_tasks) is recorded as 57014; one cancelled by stop_sql_executor (the
+-- executor is stopping) is handed back with release() and the call returns; any other cancel is
+-- the task's error.
 -- SECURITY INVOKER (a procedure that commits cannot be SECURITY DEFINER): needs role skiplock_sql,
 -- and refuses to run under SET ROLE (42501): the session user must be the role itself. Call it
 -- with CALL, outside an explicit transaction block.
@@ -104,9 +105,14 @@ BEGIN
                 -- raises 57014 itself, or its own statement_timeout, is an ordinary error.
                 v_message := SQLERRM;
                 IF v_message = 'canceling statement due to user request'
-                   AND pg_catalog.clock_timestamp() < v_task.started + v_task.timeout THEN
-                    v_stop := true;
-                ELSIF v_message = 'canceling statement due to user request' THEN
+                   AND pg_catalog.clock_timestamp() < v_task.started + v_task.timeout
+                   AND EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                                WHERE l.locktype = 'advisory' AND l.classid = 1936419948
+                                  AND l.objid = pg_catalog.pg_backend_pid() AND l.objsubid = 2
+                                  AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()) THEN
+                    v_stop := true;  -- stop_sql_executor
+                ELSIF v_message = 'canceling statement due to user request'
+                      AND pg_catalog.clock_timestamp() >= v_task.started + v_task.timeout THEN
                     v_error := pg_catalog.format('57014: %s (timeout %s)', v_message, v_task.timeout);
                 ELSE
                     v_error := pg_catalog.format('57014: %s', v_message);
@@ -116,6 +122,8 @@ BEGIN
                 v_error := pg_catalog.format('%s: %s', SQLSTATE, v_message)
                         || coalesce(' (' || NULLIF(v_detail, '') || ')', '');
         END;
+        -- A request's SET ROLE outlives it; record as the session's own role.
+        RESET ROLE;
 
         LOOP
             BEGIN
@@ -144,6 +152,6 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON PROCEDURE queue.run_sql_tasks(text, integer, text, integer) IS 'The SQL tasks'' executor: CALL queue.run_sql_tasks(''reports'', 10) runs up to 10 due SQL tasks of the stage enqueued by the session''s login role (log in as that role; SET ROLE is refused), committing after each; rows go to the history row''s result, errors (with SQLSTATE) to fail(), timeouts (cancel_overdue_sql_tasks) are 57014; a stop request (pg_cancel_backend before the timeout) hands the task back and returns. Returns ran.';
+COMMENT ON PROCEDURE queue.run_sql_tasks(text, integer, text, integer) IS 'The SQL tasks'' executor: CALL queue.run_sql_tasks(''reports'', 10) runs up to 10 due SQL tasks of the stage enqueued by the session''s login role (log in as that role; SET ROLE is refused), committing after each; rows go to the history row''s result, errors (with SQLSTATE) to fail(), timeouts (cancel_overdue_sql_tasks) are 57014; a stop request (stop_sql_executor) hands the task back and returns. Returns ran.';
 REVOKE ALL ON PROCEDURE queue.run_sql_tasks(text, integer, text, integer) FROM PUBLIC;
 GRANT EXECUTE ON PROCEDURE queue.run_sql_tasks(text, integer, text, integer) TO skiplock_sql;

@@ -113,7 +113,7 @@ HOSTILE: dict[str, dict[str, Any]] = {
 # Filled in per run: "id" and "lease" are the baseline running task's; cancel/retry/set_priority
 # get the ready task's id.
 BASELINE: dict[str, Any] = {
-    "stage": "h.stage", "payload": "{}", "payloads": ["{}"], "request": "SELECT 1", "error": "boom", "next_stage": "h.next",
+    "stage": "h.stage", "payload": "{}", "payloads": ["{}"], "request": "SELECT 1", "pid": 1, "error": "boom", "next_stage": "h.next",
     "name": "h.schedule", "cron": "*/5 * * * *", "priority": 0, "role": "skiplock_worker", "now": "2030-01-01 00:00:00+00",
 }
 # Functions without arguments: nothing hostile to give, but each is still called once.

@@ -35,6 +35,7 @@ SELECT set_eq(
         'queue.run_sql_tasks(text,integer,text,integer)',
         'queue.schedule(text,text,text,jsonb,integer,text)',
         'queue.set_priority(bigint,integer)',
+        'queue.stop_sql_executor(integer)',
         'queue.take_next(text,integer,interval,text)',
         'queue.unschedule(text)'
     ],
@@ -48,8 +49,9 @@ SELECT is_empty(
          -- The SQL tasks' executor runs as its caller: a procedure that commits cannot be
          -- SECURITY DEFINER, and the watchdog signals the caller's own backends.
          AND p.oid NOT IN ('queue.run_sql_tasks(text,integer,text,integer)'::regprocedure,
-                           'queue.cancel_overdue_sql_tasks()'::regprocedure)$$,
-    'every public function is SECURITY DEFINER but the SQL executor''s run_sql_tasks and cancel_overdue_sql_tasks (listed: others)'
+                           'queue.cancel_overdue_sql_tasks()'::regprocedure,
+                           'queue.stop_sql_executor(integer)'::regprocedure)$$,
+    'every public function is SECURITY DEFINER but the SQL executor''s run_sql_tasks, cancel_overdue_sql_tasks and stop_sql_executor (listed: others)'
 );
 
 -- The exact text stored in proconfig: a SECURITY DEFINER function must not resolve names through

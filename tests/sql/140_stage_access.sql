@@ -2,12 +2,12 @@
 -- knowing tenant B's task ids, can neither enqueue into, take from, see, nor finish B's tasks,
 -- through any API function or view; admins bypass; open stages stay open; revoke reopens.
 BEGIN;
-SELECT plan(72);
+SELECT plan(75);
 
 -- Roles are cluster-wide, but created in this transaction they roll back with it.
 CREATE ROLE skiplock_t_group_a NOLOGIN;
 CREATE ROLE skiplock_t_group_b NOLOGIN;
-CREATE ROLE skiplock_t_tenant_a LOGIN IN ROLE skiplock_producer, skiplock_worker, skiplock_t_group_a;
+CREATE ROLE skiplock_t_tenant_a LOGIN IN ROLE skiplock_producer, skiplock_worker, skiplock_sql, skiplock_t_group_a;
 CREATE ROLE skiplock_t_tenant_b LOGIN IN ROLE skiplock_producer, skiplock_worker, skiplock_t_group_b;
 CREATE ROLE skiplock_t_admin LOGIN IN ROLE skiplock_admin;
 
@@ -81,6 +81,10 @@ SELECT is(queue.finish_batch(ARRAY[id], ARRAY[gen_random_uuid()]), 0, 'A cannot 
 SELECT is(queue.fail(id, gen_random_uuid(), 'sabotage', fatal => true), false, 'A cannot fail B''s task') FROM took WHERE name = 'b1';
 SELECT is(queue.release(id, gen_random_uuid()), false, 'A cannot release B''s task') FROM took WHERE name = 'b1';
 SELECT is(queue.release(id, '00000000-0000-0000-0000-000000000000'), false, 'A cannot release B''s ready task with a null-like lease') FROM took WHERE name = 'b2';
+SELECT throws_ok($$SELECT * FROM queue.finish_and_take(NULL, NULL, 'b.jobs')$$, '42501', 'permission denied for stage b.jobs', 'A cannot take from b.jobs through finish_and_take');
+SELECT throws_ok($$SELECT queue.enqueue_sql('SELECT 1', stage => 'b.jobs')$$, '42501', 'permission denied for stage b.jobs', 'A cannot enqueue an SQL task into b.jobs');
+SELECT is((SELECT f.finished FROM queue.finish_and_take(t.id, gen_random_uuid(), 'a.jobs') f LIMIT 1), false,
+          'finish_and_take with a guessed lease of B''s task finishes nothing') FROM took t WHERE t.name = 'b1';
 -- Admin-only functions: A's worker/producer roles lack EXECUTE.
 SELECT throws_ok(format('SELECT queue.cancel(%s)', id), '42501', NULL, 'A cannot cancel B''s task') FROM took WHERE name = 'b2';
 SELECT throws_ok(format('SELECT queue.retry(%s)', id), '42501', NULL, 'A cannot retry B''s task') FROM took WHERE name = 'b2';

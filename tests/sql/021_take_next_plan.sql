@@ -8,12 +8,19 @@
 -- literals or parameters. They must be kept in step: the first tests check that the functions
 -- still contain them (whitespace aside), so a change there fails here until the copy is updated.
 BEGIN;
-SELECT plan(10);
+SELECT plan(12);
 
 SELECT ok(
     pg_catalog.regexp_replace(p.prosrc, '\s+', ' ', 'g') LIKE
         '%SELECT c.id FROM queue.live_tasks c WHERE c.stage = take_next.stage AND c.status IN (''ready'', ''error'') AND c.run_at <= v_now ORDER BY c.priority, c.run_at, c.id LIMIT take_next.batch FOR UPDATE SKIP LOCKED%',
     'take_next still contains the claim query copied below'
+)
+  FROM pg_catalog.pg_proc p WHERE p.oid = 'queue.take_next(text,integer,interval,text)'::regprocedure;
+
+SELECT ok(
+    pg_catalog.regexp_replace(p.prosrc, '\s+', ' ', 'g') LIKE
+        '%UPDATE queue.live_tasks t SET status = ''running'', attempt = t.attempt + 1, lease = pg_catalog.gen_random_uuid(), lease_expires = v_now + v_lease, started = v_now, updated = v_now, worker = take_next.worker WHERE t.id = ANY (ARRAY( SELECT c.id FROM queue.live_tasks c %',
+    'take_next still updates the claimed rows by = ANY (ARRAY(claim query)), as copied below'
 )
   FROM pg_catalog.pg_proc p WHERE p.oid = 'queue.take_next(text,integer,interval,text)'::regprocedure;
 
@@ -88,6 +95,23 @@ SELECT c.id
  LIMIT $3
    FOR UPDATE SKIP LOCKED;
 
+-- The whole claim statement (take_next keeps one generic plan: plan_cache_mode=force_generic_plan).
+-- Joining the claimed ids from a CTE instead planned a Hash Join over a Seq Scan of live_tasks.
+PREPARE claim_update(text, timestamptz, integer, interval, text) AS
+UPDATE queue.live_tasks t
+   SET status = 'running', attempt = t.attempt + 1, lease = pg_catalog.gen_random_uuid(),
+       lease_expires = $2 + $4, started = $2, updated = $2, worker = $5
+ WHERE t.id = ANY (ARRAY(
+        SELECT c.id
+          FROM queue.live_tasks c
+         WHERE c.stage = $1
+           AND c.status IN ('ready', 'error')
+           AND c.run_at <= $2
+         ORDER BY c.priority, c.run_at, c.id
+         LIMIT $3
+           FOR UPDATE SKIP LOCKED))
+RETURNING t.id, t.payload, t.attempt, t.lease, t.lease_expires, t.priority, t.key, t.run_at;
+
 PREPARE reap(timestamptz) AS
 SELECT l.id, l.stage, l.attempt, l.rerun, l.worker, l.lease_expires
   FROM queue.live_tasks l
@@ -120,6 +144,8 @@ $q$));
 -- when stage, now and batch are unknown parameters too.
 SET LOCAL plan_cache_mode = force_generic_plan;
 INSERT INTO plans VALUES ('claim generic', pg_temp.plan_of($q$EXECUTE claim('plan.s1', now(), 10)$q$));
+INSERT INTO plans VALUES ('claim update generic',
+    pg_temp.plan_of($q$EXECUTE claim_update('plan.s1', now(), 10, interval '1 minute', 'w')$q$));
 RESET plan_cache_mode;
 
 SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_claim'), 'the claim query uses index live_tasks_claim')
@@ -132,6 +158,10 @@ SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_claim')
           AND NOT pg_temp.has_node(p.plan, 'Seq Scan') AND NOT pg_temp.has_node(p.plan, 'Sort'),
           'the generic plan of the claim query uses live_tasks_claim, without Seq Scan or Sort')
   FROM plans p WHERE p.name = 'claim generic';
+SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_claim') AND pg_temp.uses_index(p.plan, 'live_tasks_pkey')
+          AND NOT pg_temp.has_node(p.plan, 'Seq Scan') AND NOT pg_temp.has_node(p.plan, 'Hash Join'),
+          'the generic plan of the whole claim statement finds the rows by live_tasks_claim and updates them by live_tasks_pkey, without Seq Scan or Hash Join')
+  FROM plans p WHERE p.name = 'claim update generic';
 SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_lease_expiry'), 'reap_hung''s selection uses index live_tasks_lease_expiry')
   FROM plans p WHERE p.name = 'reap';
 SELECT ok(NOT pg_temp.has_node(p.plan, 'Seq Scan'), 'reap_hung''s selection has no Seq Scan')
@@ -150,6 +180,7 @@ SELECT diag(p.name || ': ' || pg_catalog.jsonb_pretty(p.plan))
             AND (p.name = 'reap' OR NOT pg_temp.has_node(p.plan, 'Sort')));
 
 DEALLOCATE claim;
+DEALLOCATE claim_update;
 DEALLOCATE reap;
 
 SELECT * FROM finish();

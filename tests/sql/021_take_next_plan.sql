@@ -8,11 +8,11 @@
 -- literals or parameters. They must be kept in step: the first tests check that the functions
 -- still contain them (whitespace aside), so a change there fails here until the copy is updated.
 BEGIN;
-SELECT plan(12);
+SELECT plan(14);
 
 SELECT ok(
     pg_catalog.regexp_replace(p.prosrc, '\s+', ' ', 'g') LIKE
-        '%SELECT c.id FROM queue.live_tasks c WHERE c.stage = take_next.stage AND c.status IN (''ready'', ''error'') AND c.run_at <= v_now ORDER BY c.priority, c.run_at, c.id LIMIT take_next.batch FOR UPDATE SKIP LOCKED%',
+        '%SELECT c.id FROM queue.live_tasks c WHERE c.stage = take_next.stage AND c.status IN (''ready'', ''error'') AND c.run_at <= v_now AND (c.priority, c.run_at, c.id) >= (v_from_priority, v_from_run_at, v_from_id) ORDER BY c.priority, c.run_at, c.id LIMIT take_next.batch FOR UPDATE SKIP LOCKED%',
     'take_next still contains the claim query copied below'
 )
   FROM pg_catalog.pg_proc p WHERE p.oid = 'queue.take_next(text,integer,interval,text)'::regprocedure;
@@ -21,6 +21,13 @@ SELECT ok(
     pg_catalog.regexp_replace(p.prosrc, '\s+', ' ', 'g') LIKE
         '%UPDATE queue.live_tasks t SET status = ''running'', attempt = t.attempt + 1, lease = pg_catalog.gen_random_uuid(), lease_expires = v_now + v_lease, started = v_now, updated = v_now, worker = take_next.worker WHERE t.id = ANY (ARRAY( SELECT c.id FROM queue.live_tasks c %',
     'take_next still updates the claimed rows by = ANY (ARRAY(claim query)), as copied below'
+)
+  FROM pg_catalog.pg_proc p WHERE p.oid = 'queue.take_next(text,integer,interval,text)'::regprocedure;
+
+SELECT ok(
+    pg_catalog.regexp_replace(p.prosrc, '\s+', ' ', 'g') LIKE
+        '%SELECT c.priority FROM queue.live_tasks c WHERE c.stage = take_next.stage AND c.status IN (''ready'', ''error'') AND c.priority < v_from_priority AND c.run_at <= v_now ORDER BY c.priority, c.run_at, c.id LIMIT 1%',
+    'take_next still probes for a lower priority number with the query copied below'
 )
   FROM pg_catalog.pg_proc p WHERE p.oid = 'queue.take_next(text,integer,interval,text)'::regprocedure;
 
@@ -85,19 +92,31 @@ CREATE FUNCTION pg_temp.has_node(plan jsonb, node_type text) RETURNS boolean LAN
                                         pg_catalog.jsonb_build_object('type', node_type))
 $$;
 
-PREPARE claim(text, timestamptz, integer) AS
+PREPARE claim(text, timestamptz, integer, integer, timestamptz, bigint) AS
 SELECT c.id
   FROM queue.live_tasks c
  WHERE c.stage = $1
    AND c.status IN ('ready', 'error')
    AND c.run_at <= $2
+   AND (c.priority, c.run_at, c.id) >= ($4, $5, $6)
  ORDER BY c.priority, c.run_at, c.id
  LIMIT $3
    FOR UPDATE SKIP LOCKED;
 
+-- take_next's probe for a due task before its claim position.
+PREPARE probe(text, timestamptz, integer) AS
+SELECT c.priority
+  FROM queue.live_tasks c
+ WHERE c.stage = $1
+   AND c.status IN ('ready', 'error')
+   AND c.priority < $3
+   AND c.run_at <= $2
+ ORDER BY c.priority, c.run_at, c.id
+ LIMIT 1;
+
 -- The whole claim statement (take_next keeps one generic plan: plan_cache_mode=force_generic_plan).
 -- Joining the claimed ids from a CTE instead planned a Hash Join over a Seq Scan of live_tasks.
-PREPARE claim_update(text, timestamptz, integer, interval, text) AS
+PREPARE claim_update(text, timestamptz, integer, interval, text, integer, timestamptz, bigint) AS
 UPDATE queue.live_tasks t
    SET status = 'running', attempt = t.attempt + 1, lease = pg_catalog.gen_random_uuid(),
        lease_expires = $2 + $4, started = $2, updated = $2, worker = $5
@@ -107,6 +126,7 @@ UPDATE queue.live_tasks t
          WHERE c.stage = $1
            AND c.status IN ('ready', 'error')
            AND c.run_at <= $2
+           AND (c.priority, c.run_at, c.id) >= ($6, $7, $8)
          ORDER BY c.priority, c.run_at, c.id
          LIMIT $3
            FOR UPDATE SKIP LOCKED))
@@ -128,6 +148,7 @@ SELECT c.id
  WHERE c.stage = 'plan.s1'
    AND c.status IN ('ready', 'error')
    AND c.run_at <= now()
+   AND (c.priority, c.run_at, c.id) >= (0, now() - interval '1 minute', 0)
  ORDER BY c.priority, c.run_at, c.id
  LIMIT 10
    FOR UPDATE SKIP LOCKED
@@ -143,9 +164,11 @@ $q$));
 -- PL/pgSQL may switch to a generic plan after a few calls: the claim must stay on the index
 -- when stage, now and batch are unknown parameters too.
 SET LOCAL plan_cache_mode = force_generic_plan;
-INSERT INTO plans VALUES ('claim generic', pg_temp.plan_of($q$EXECUTE claim('plan.s1', now(), 10)$q$));
+INSERT INTO plans VALUES ('claim generic',
+    pg_temp.plan_of($q$EXECUTE claim('plan.s1', now(), 10, -2147483648, '-infinity', 0)$q$));
+INSERT INTO plans VALUES ('probe generic', pg_temp.plan_of($q$EXECUTE probe('plan.s1', now(), 1)$q$));
 INSERT INTO plans VALUES ('claim update generic',
-    pg_temp.plan_of($q$EXECUTE claim_update('plan.s1', now(), 10, interval '1 minute', 'w')$q$));
+    pg_temp.plan_of($q$EXECUTE claim_update('plan.s1', now(), 10, interval '1 minute', 'w', -2147483648, '-infinity', 0)$q$));
 RESET plan_cache_mode;
 
 SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_claim'), 'the claim query uses index live_tasks_claim')
@@ -158,6 +181,10 @@ SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_claim')
           AND NOT pg_temp.has_node(p.plan, 'Seq Scan') AND NOT pg_temp.has_node(p.plan, 'Sort'),
           'the generic plan of the claim query uses live_tasks_claim, without Seq Scan or Sort')
   FROM plans p WHERE p.name = 'claim generic';
+SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_claim')
+          AND NOT pg_temp.has_node(p.plan, 'Seq Scan') AND NOT pg_temp.has_node(p.plan, 'Sort'),
+          'the generic plan of the lower-priority probe uses live_tasks_claim, without Seq Scan or Sort (an EXISTS planned a Seq Scan)')
+  FROM plans p WHERE p.name = 'probe generic';
 SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_claim') AND pg_temp.uses_index(p.plan, 'live_tasks_pkey')
           AND NOT pg_temp.has_node(p.plan, 'Seq Scan') AND NOT pg_temp.has_node(p.plan, 'Hash Join'),
           'the generic plan of the whole claim statement finds the rows by live_tasks_claim and updates them by live_tasks_pkey, without Seq Scan or Hash Join')
@@ -181,6 +208,7 @@ SELECT diag(p.name || ': ' || pg_catalog.jsonb_pretty(p.plan))
 
 DEALLOCATE claim;
 DEALLOCATE claim_update;
+DEALLOCATE probe;
 DEALLOCATE reap;
 
 SELECT * FROM finish();

@@ -146,7 +146,7 @@ class Maintenance(threading.Thread):
                 self.longest = max(self.longest, took)
                 for row in rows:
                     # maintain() rows: (task, count, detail); keep every rotation that ran
-                    if len(row) == 3 and row[0] != "reap_hung" and (row[1] or not str(row[2]).startswith("not due")):
+                    if len(row) == 3 and row[0] != "reap_hung" and (row[1] or not str(row[2]).startswith(("not due", "no schedule due"))):
                         self.actions.append(f"{began - self.started:.0f} s: {row[0]}: {row[2]} ({1000 * took:.0f} ms)")
 
     def summary(self) -> dict:

@@ -14,6 +14,7 @@ SELECT set_eq(
     ARRAY[
         'queue.cancel(bigint)',
         'queue.cancel_overdue_sql_tasks()',
+        'queue.compact()',
         'queue.configure_history(interval,integer,interval,text,interval)',
         'queue.configure_stage(text,interval,integer,text,interval,interval,real,boolean,integer,integer,boolean)',
         'queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text,interval,boolean,text)',
@@ -64,9 +65,12 @@ SELECT is_empty(
          -- take_next also keeps one generic plan per statement (docs/performance.md).
          AND NOT (p.oid = 'queue.take_next(text,integer,interval,text)'::regprocedure
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",plan_cache_mode=force_generic_plan}')
+         -- compact waits a bounded time for its lock: a queue of takes forms behind the wait.
+         AND NOT (p.oid = 'queue.compact()'::regprocedure
+                  AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",lock_timeout=100ms}')
          -- A procedure with a SET clause cannot COMMIT; run_sql_tasks qualifies every name.
          AND p.oid <> 'queue.run_sql_tasks(text,integer,text,integer)'::regprocedure$$,
-    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next adds plan_cache_mode=force_generic_plan) (listed: those that do not)'
+    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next adds plan_cache_mode=force_generic_plan, compact lock_timeout=100ms) (listed: those that do not)'
 );
 
 -- Comments: what \df+ and \d+ show a DBA.

@@ -1,0 +1,182 @@
+"""queue.compact() and maintain()'s compaction: the hot table gives back the space a held snapshot
+left, without losing, duplicating or changing a task, while workers keep working.
+
+compact() rewrites queue.live_tasks (TRUNCATE and write back) under ACCESS EXCLUSIVE; these tests
+prove that workers racing it see every task exactly once, that it gives up within its lock_timeout
+when a transaction holds the table, and that maintain() compacts after a snapshot is released, not
+while it holds the space.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import random
+import time
+from collections import Counter
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import workload
+
+STAGE = "compact.load"
+TASKS = 20_000
+WORKERS = 3
+DEADLINE = 180.0  # seconds; the drain takes ~20 s on an idle 2-core machine
+ROWS_SQL = "SELECT md5(string_agg(t::text, ',' ORDER BY t.id)) FROM queue.live_tasks t"
+
+
+def _size(conn: psycopg.Connection) -> int:
+    return conn.execute("SELECT pg_total_relation_size('queue.live_tasks')").fetchone()[0]
+
+
+def _bloat(conn: psycopg.Connection, stage: str, processed: int, kept: int) -> None:
+    """Enqueue processed + kept tasks in stage and finish `processed` of them (batches)."""
+    conn.execute("SELECT count(*) FROM queue.enqueue_batch(array_fill('{\"doc\": 1}'::jsonb, ARRAY[%s]), %s)",
+                 (processed + kept, stage))
+    left = processed
+    while left > 0:
+        n = min(left, 10_000)
+        conn.execute("SELECT queue.finish_batch(array_agg(t.id), array_agg(t.lease))"
+                     "  FROM queue.take_next(%s, batch => %s) t", (stage, n))
+        left -= n
+
+
+def _vacuum(conn: psycopg.Connection, analyze: bool = False) -> None:
+    """VACUUM the hot table after this session's pending statistics reached the server, so that
+    its dead-tuple count is exactly what vacuum left (the compaction check reads it)."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    conn.execute("VACUUM ANALYZE queue.live_tasks" if analyze else "VACUUM queue.live_tasks")
+
+
+def _live(conn: psycopg.Connection) -> int:
+    return conn.execute("SELECT count(*) FROM queue.live_tasks").fetchone()[0]
+
+
+def _compact_row(conn: psycopg.Connection) -> tuple[int, str]:
+    rows = {task: (count, detail) for task, count, detail in conn.execute("SELECT * FROM queue.maintain()")}
+    return rows["compact"]
+
+
+def test_workers_racing_compact_see_every_task_exactly_once(db: str, tmp_path: Path):
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    deadline = time.time() + DEADLINE
+    outs = [str(tmp_path / f"drain-{i}.pickle") for i in range(WORKERS)]
+    procs = [ctx.Process(target=workload.drain,
+                         args=(db, i, [STAGE], {}, stop, outs[i], random.randrange(2**32), deadline + 10),
+                         kwargs={"batch": 10, "retry_rate": 0.05, "fatal_rate": 0.0},
+                         name=f"drain-{i}", daemon=True)
+             for i in range(WORKERS)]
+    compactions, busy = 0, 0
+    ids: list[int] = []
+    with psycopg.connect(db, autocommit=True) as conn:
+        for p in procs:
+            p.start()
+        try:
+            # Enqueue in steps while the workers drain and compact() rewrites the table under them.
+            for _ in range(TASKS // 1000):
+                ids += [r[0] for r in conn.execute(
+                    "SELECT * FROM queue.enqueue_batch(array_fill('{\"doc\": 2}'::jsonb, ARRAY[1000]), %s)", (STAGE,))]
+                try:
+                    compactions += conn.execute("SELECT count(*) FROM queue.compact()").fetchone()[0]
+                except psycopg.errors.LockNotAvailable:
+                    busy += 1
+            while conn.execute("SELECT count(*) FROM queue.live_tasks WHERE stage = %s", (STAGE,)).fetchone()[0]:
+                assert time.time() < deadline, f"tasks still live after {DEADLINE} s: a hang"
+                try:
+                    compactions += conn.execute("SELECT count(*) FROM queue.compact()").fetchone()[0]
+                except psycopg.errors.LockNotAvailable:
+                    busy += 1
+                time.sleep(0.2)
+        finally:
+            stop.set()
+            for p in procs:
+                p.join(30)
+        records = [workload.read_record(o) for o in outs]
+        history = conn.execute("SELECT id, status::text FROM queue.history WHERE stage = %s", (STAGE,)).fetchall()
+
+    done = Counter(task_id for r in records for task_id, _stage, outcome in r["results"] if outcome == "done")
+    assert compactions >= 10, f"compact() ran only {compactions} times ({busy} timed out on the lock): the race was not exercised"
+    assert sum(r["lost"] for r in records) == 0, "a finish or fail returned false: compaction lost an attempt's lease"
+    assert sorted(done) == sorted(ids), "every enqueued task was finished by a worker"
+    assert max(done.values()) == 1, "no task finished twice"
+    assert Counter(task_id for task_id, _ in history) == Counter(ids), "history holds each task exactly once"
+    assert {status for _, status in history} == {"done"}
+    print(f"{len(ids)} tasks, {compactions} compactions, {busy} timed out on the lock")
+
+
+def test_compact_keeps_every_row_as_it_was_and_gives_the_space_back(conn: psycopg.Connection):
+    _bloat(conn, "compact.rows", processed=30_000, kept=2_000)
+    taken = conn.execute("SELECT id, lease FROM queue.take_next('compact.rows', batch => 3)").fetchall()
+    _vacuum(conn)
+    before_rows, before_size = conn.execute(ROWS_SQL).fetchone()[0], _size(conn)
+    tasks, bytes_before, bytes_after = conn.execute("SELECT * FROM queue.compact()").fetchone()
+    assert tasks == conn.execute("SELECT count(*) FROM queue.live_tasks").fetchone()[0]
+    assert conn.execute(ROWS_SQL).fetchone()[0] == before_rows, "every column of every row is unchanged"
+    assert bytes_before == before_size and bytes_after == _size(conn) and bytes_after * 3 < bytes_before
+    for task_id, lease in taken:  # a running attempt keeps its lease
+        assert conn.execute("SELECT queue.finish(%s, %s)", (task_id, lease)).fetchone()[0]
+    new_id = conn.execute("SELECT queue.enqueue('{}', 'compact.rows')").fetchone()[0]
+    assert new_id > conn.execute("SELECT max(id) FROM queue.history").fetchone()[0], "ids go on after the rewrite"
+
+
+def test_compact_gives_up_within_its_lock_timeout_and_changes_nothing(db: str, conn: psycopg.Connection):
+    conn.execute("SELECT queue.enqueue('{}', 'compact.busy')")
+    before = conn.execute(ROWS_SQL).fetchone()[0]
+    with psycopg.connect(db) as holder:  # an open transaction that read the hot table
+        holder.execute("SELECT count(*) FROM queue.live_tasks")
+        began = time.monotonic()
+        with pytest.raises(psycopg.errors.LockNotAvailable) as e:
+            conn.execute("SELECT * FROM queue.compact()")
+        waited = time.monotonic() - began
+        holder.rollback()
+    assert waited < 2.0, f"compact() waited {waited:.1f} s for its lock"
+    assert e.value.diag.message_hint and "Nothing was changed" in e.value.diag.message_hint
+    assert conn.execute(ROWS_SQL).fetchone()[0] == before
+
+
+def test_maintain_compacts_after_a_held_snapshot_ends_not_while_it_holds(db: str, conn: psycopg.Connection):
+    conn.execute("SELECT queue.compact()")   # start from a table the earlier tests left small
+    _bloat(conn, "compact.hold", processed=0, kept=5_000)
+    _vacuum(conn, analyze=True)
+    size_before = _size(conn)
+    assert _compact_row(conn)[1].startswith("not needed:")
+
+    holder = psycopg.connect(db, autocommit=True)
+    try:
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT 1")
+        _bloat(conn, "compact.hold", processed=60_000, kept=0)
+        _vacuum(conn)   # can remove nothing the snapshot may see
+        count, detail = _compact_row(conn)
+        assert (count, detail.startswith("waiting for vacuum:")) == (0, True), detail
+        holder.execute("COMMIT")
+    finally:
+        holder.close()
+
+    _vacuum(conn)
+    live = _live(conn)
+    count, detail = _compact_row(conn)
+    assert (count, detail.startswith(f"rewrote {live} live tasks:")) == (live, True), detail
+    assert _size(conn) <= 2 * size_before, f"{_size(conn)} bytes after, {size_before} before the load"
+    count, detail = _compact_row(conn)
+    assert (count, detail.startswith("not needed:")) == (0, True), "once compact, maintain leaves it alone"
+
+
+def test_maintain_does_not_retry_a_busy_compaction_for_a_minute(db: str, conn: psycopg.Connection):
+    conn.execute("SELECT queue.compact()")
+    _bloat(conn, "compact.retry", processed=60_000, kept=100)
+    _vacuum(conn, analyze=True)
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT count(*) FROM queue.live_tasks")
+        count, detail = _compact_row(conn)
+        assert count == 0 and "busy" in detail, detail
+        holder.rollback()
+    count, detail = _compact_row(conn)   # the table is free now, but this session waits its minute
+    assert count == 0 and "tries again within 60 s" in detail, detail
+    with psycopg.connect(db, autocommit=True) as other:   # another session is not held back
+        count, detail = _compact_row(other)
+        assert count == _live(other), detail
+        assert detail.startswith("rewrote "), detail

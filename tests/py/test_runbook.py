@@ -126,6 +126,7 @@ CHECKS: dict[str, tuple[list[str], str | None]] = {
     "finished - started DESC": (["{slow}|done|1|w1|"], None),
     "percentile_cont": (["rb.main|4|", "rb.other|1|"], None),
     "FROM queue.metrics": (["rb.main|done|0|0|2", "rb.main|ready|3|", "rb.main|fatal|0|0|2"], None),
+    "FROM queue.compact()": ([], "SELECT status = 'ready' AND attempt = 0 FROM queue.live_tasks WHERE id = {ready}"),
 }
 
 

@@ -47,6 +47,17 @@ def draw(p: dict, path: Path, title: str) -> bool:
         samples = w4["samples"]
         w4_rate.plot([s["t"] for s in samples[1:]], [s["rate"] for s in samples[1:]], marker=".",
                      color=COLORS["skiplock"], label="jobs/s per sample")
+        # the capacity stretches (as fast as they can) just before and just after the soak
+        for name, offset in (("W4 capacity before", None), ("W4 capacity after", w4["seconds"])):
+            cap = p["timelines"].get(name)
+            if cap:
+                shift = -cap["seconds"] if offset is None else offset
+                w4_rate.plot([shift + s["t"] for s in cap["samples"][1:]], [s["rate"] for s in cap["samples"][1:]],
+                             marker="x", linestyle="--", color="tab:gray",
+                             label="capacity (as fast as they can)" if offset is None else None)
+        if w4.get("rate"):
+            w4_rate.axhline(w4["rate"], color="tab:green", linewidth=0.8, label="steady rate asked")
+        w4_rate.legend(loc="lower left", fontsize=8)
         w4_rate.set_title(f"W4: soak, {w4['maintenance']['function']} every {w4['maintenance']['every_s']:g} s")
         w4_rate.set_ylabel("jobs/s")
         w4_rate.set_ylim(bottom=0)

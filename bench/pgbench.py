@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from skiplock import devdb
@@ -21,6 +21,7 @@ class Summary:
     transactions: int
     failed: int
     tps: float
+    progress: list[dict] = field(default_factory=list)   # one row per --progress interval
 
 
 def environment(cluster: devdb.Cluster, dbname: str) -> dict[str, str]:
@@ -31,22 +32,28 @@ def environment(cluster: devdb.Cluster, dbname: str) -> dict[str, str]:
 
 
 def command(script: str, clients: int, seconds: float, variables: dict[str, str] | None = None,
-            rate: float | None = None) -> list[str]:
+            rate: float | None = None, progress: float | None = None) -> list[str]:
     threads = max(1, min(clients, os.cpu_count() or 1))
     cmd = [str(devdb.pg_bin() / "pgbench"), "--no-vacuum", "--protocol=prepared",
            f"--client={clients}", f"--jobs={threads}", f"--time={max(1, round(seconds))}",
            f"--file={SCRIPTS / script}"]
     if rate is not None:
         cmd.append(f"--rate={rate:.0f}")
+    if progress is not None:
+        cmd.append(f"--progress={max(1, round(progress))}")
     for name, value in (variables or {}).items():
         cmd.append(f"--define={name}={value}")
     return cmd
 
 
 def start(cluster: devdb.Cluster, dbname: str, script: str, clients: int, seconds: float,
-          variables: dict[str, str] | None = None, rate: float | None = None) -> subprocess.Popen:
-    """pgbench in the background (the workers of W3 and W4); read it with finish()."""
-    return subprocess.Popen(command(script, clients, seconds, variables, rate), env=environment(cluster, dbname),
+          variables: dict[str, str] | None = None, rate: float | None = None,
+          progress: float | None = None) -> subprocess.Popen:
+    """pgbench in the background (the workers of W3 and W4); read it with finish().
+    rate: transactions a second for all clients together (--rate; latency then counts from the
+    scheduled start, so it grows if the workers fall behind). progress: seconds between the
+    progress lines that finish() returns in Summary.progress."""
+    return subprocess.Popen(command(script, clients, seconds, variables, rate, progress), env=environment(cluster, dbname),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
 
 
@@ -80,7 +87,17 @@ def parse(output: str, returncode: int, script: str, clients: int) -> Summary:
     transactions = int(_find(r"number of transactions actually processed: (\d+)", output))
     failed = re.search(r"number of failed transactions: (\d+)", output)
     tps = float(_find(r"tps = ([\d.]+) \(without initial connection time\)", output))
-    return Summary(script, clients, transactions, int(failed.group(1)) if failed else 0, tps)
+    return Summary(script, clients, transactions, int(failed.group(1)) if failed else 0, tps, parse_progress(output))
+
+
+PROGRESS = re.compile(r"^progress: ([\d.]+) s, ([\d.]+) tps, lat ([\d.]+) ms stddev ([\d.]+|NaN)"
+                      r"(?:, \d+ failed)?(?:, lag ([\d.]+) ms)?", re.MULTILINE)
+
+
+def parse_progress(output: str) -> list[dict]:
+    """pgbench's --progress lines: seconds, tps, mean latency and (with --rate) schedule lag."""
+    return [{"t": float(m.group(1)), "tps": float(m.group(2)), "latency_ms": float(m.group(3)),
+             "lag_ms": float(m.group(5)) if m.group(5) else None} for m in PROGRESS.finditer(output)]
 
 
 def _find(pattern: str, text: str) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bench import timeline
+
 CLIENTS = (1, 4, 16)
 ORDER = [("ceiling-insert", "ceiling", "ceiling: single-row INSERT (tx/s)"),
          ("ceiling-select1", "ceiling", "ceiling: SELECT 1 (tx/s)"),
@@ -108,11 +110,20 @@ def targets(results: dict) -> list[tuple[str, str, bool | None]]:
     w4 = p.get("summaries", {}).get("W4 skiplock")
     if w4:
         unit = "minute" if w4["bucket_s"] == 60 else f"{w4['bucket_s']:.0f} s"
+        steady = (f" at a steady {w4['rate_target']:,.0f} jobs/s ({w4['load']:.0%} of the capacity before)"
+                  if w4.get("rate_target") else " (as fast as they can)")
         add(f"W4 last {unit}'s throughput ≥ 0.95 × the first's", w4["rate_ratio"], 0.95,
-            f"{w4['rate_last']:,.0f} vs {w4['rate_first']:,.0f} jobs/s = {w4['rate_ratio']:.2f}×")
+            f"{w4['rate_last']:,.0f} vs {w4['rate_first']:,.0f} jobs/s = {w4['rate_ratio']:.3f}×{steady}")
         add("W4 hot table bounded: grows ≤ 25 % over the soak's second half", w4["size_growth_second_half"], 1.25,
             f"{_mb(w4['size_middle'])} at half time, {_mb(w4['size_end'])} at the end "
             f"({w4['size_growth_second_half']:.2f}×); at most {_mb(w4['size_max'])}", at_most=True)
+        if w4.get("capacity_ratio") is not None:
+            rows.append(("W4 (no target) capacity just after the soak vs just before, as fast as they can",
+                         f"{w4['capacity_after']:,.0f} vs {w4['capacity_before']:,.0f} jobs/s = {w4['capacity_ratio']:.2f}×",
+                         None))
+        if w4.get("latency_first_ms") is not None and w4.get("latency_last_ms") is not None:
+            rows.append((f"W4 (no target) mean latency of a take + finish, last {unit} vs first",
+                         f"{w4['latency_last_ms']:.1f} vs {w4['latency_first_ms']:.1f} ms", None))
     else:
         add("W4 last minute's throughput ≥ 0.95 × the first's", None, 0, "")
         add("W4 hot table bounded", None, 0, "")
@@ -149,6 +160,12 @@ def w3_tables(p: dict, detail: bool = True) -> list[str]:
     first = tls[present[0]]
     lines = [f"Hold from {first['hold_start']:.0f} s to {first['hold_end']:.0f} s; "
              f"16 workers; the producer keeps {first['backlog']:,} tasks waiting.", ""]
+    m = (tls.get("skiplock") or {}).get("maintenance")
+    if m:
+        lines += [f"skiplock runs `{m['function']}` every {m['every_s']:g} s, as deployed ({m['calls']} calls, "
+                  f"{m['mean_ms']} ms on average, at most {m['longest_ms']} ms; {m['error_count']} errors); "
+                  "the seed has no housekeeping. What it did besides reaping: "
+                  + ("; ".join(m["actions"][:10]) or "nothing") + ".", ""]
     lines += ["| | " + " | ".join(present) + " |", "|---|" + "--:|" * len(present)]
 
     def row(label: str, fmt) -> None:
@@ -218,12 +235,25 @@ def w4_tables(p: dict) -> list[str]:
     for e in m.get("errors") or []:
         lines += [f"- maintenance error: `{e}`"]
     unit = "minute" if s["bucket_s"] == 60 else f"{s['bucket_s']:.0f} s"
-    lines += [f"| until (s) | jobs/s in that {unit} | hot table + indexes | dead tuples | history partitions |",
-              "|--:|--:|--:|--:|--:|"]
+    if s.get("rate_target"):
+        lines += [f"Capacity just before the soak (as fast as they can, {_secs(p, 'W4 capacity before')}): "
+                  f"{s['capacity_before']:,.0f} jobs/s. The soak runs the workers at a steady "
+                  f"{s['rate_target']:,.0f} jobs/s ({s['load']:.0%} of it; pgbench --rate), latency counted from "
+                  f"each take's scheduled start, so it grows if they fall behind. Capacity just after: "
+                  f"{s['capacity_after']:,.0f} jobs/s ({s['capacity_ratio']:.2f}× before).", ""]
+    lines += [f"| until (s) | jobs/s in that {unit} | latency (ms) | schedule lag (ms) | hot table + indexes | dead tuples | history partitions |",
+              "|--:|--:|--:|--:|--:|--:|--:|"]
     for b in s["buckets"]:
-        lines.append(f"| {b['until_s']} | {b['rate']:,.0f} | {_mb(b['total_bytes'])} | {b['dead_tuples']:,} | {b['partitions']} |")
+        lat = "–" if b.get("latency_ms") is None else f"{b['latency_ms']:.1f}"
+        lag = "–" if b.get("lag_ms") is None else f"{b['lag_ms']:.1f}"
+        lines.append(f"| {b['until_s']} | {b['rate']:,.0f} | {lat} | {lag} | {_mb(b['total_bytes'])} | {b['dead_tuples']:,} | {b['partitions']} |")
     lines += ["", f"History partitions seen: {', '.join(s['partitions_seen']) or 'none'}."]
     return lines
+
+
+def _secs(p: dict, name: str) -> str:
+    tl = p["timelines"].get(name)
+    return f"{tl['seconds']:.0f} s" if tl else "not run"
 
 
 def markdown(results: dict, chart: str | None) -> str:
@@ -257,9 +287,11 @@ def markdown(results: dict, chart: str | None) -> str:
             "baseline is the seed 001 queue exactly as the article writes it (bench/seed_baseline.sql), in "
             "its own database; its rows hold only an id, no payload. W2 and W2b start from a preloaded, vacuumed "
             "backlog and count the tasks the database shows finished (history rows; status 2 for the seed). "
-            "W3 and W4: 16 pgbench workers run the take-and-finish script as fast as they can, and a "
+            "W3 and W4: 16 pgbench workers run the take-and-finish script, and a "
             "producer thread enqueues (in batches) as many tasks as they finished, so the backlog stays "
-            "constant and throughput is the workers' capacity; samples read `pg_stat_user_tables` "
+            "constant. In W3 the workers run as fast as they can, so throughput is their capacity. W4 "
+            f"measures that capacity for a minute, soaks at a steady rate of {timeline.W4_LOAD:.0%} of it (pgbench --rate), "
+            "then measures the capacity again. Samples read `pg_stat_user_tables` "
             "(finished tasks, dead tuples), `pg_table_size` and `pg_indexes_size`.", ""]
     out += ["## Targets (default durability, 16 clients unless said)", "",
             "| target | measured | met |", "|---|---|:-:|"]

@@ -54,6 +54,7 @@ class Config:
     w3_after: float = 90
     w3_sample: float = 10
     w4_seconds: float = 600
+    w4_capacity_seconds: float = 60   # W4's unthrottled stretches before and after the soak
     w4_bucket: float = 60
     w4_sample: float = 10
     maintain_every: float = 5
@@ -65,7 +66,8 @@ class Config:
     @classmethod
     def quick(cls) -> "Config":
         return cls(point_seconds=3, w2_preload=50_000, backlog=10_000, w3_before=20, w3_hold=30, w3_after=30,
-                   w3_sample=5, w4_seconds=60, w4_bucket=15, w4_sample=5, maintain_every=2)
+                   w3_sample=5, w4_seconds=60, w4_capacity_seconds=20, w4_bucket=15, w4_sample=5,
+                   maintain_every=2)
 
     def estimate_minutes(self, only: set[str], async_pass: bool) -> float:
         n = len(self.clients)
@@ -82,7 +84,7 @@ class Config:
         if "W3" in only:
             total += 2 * (self.w3_before + self.w3_hold + self.w3_after + 10)
         if "W4" in only:
-            total += self.w4_seconds + 10
+            total += self.w4_seconds + 2 * self.w4_capacity_seconds + 20
         return total / 60
 
 
@@ -181,17 +183,32 @@ def run_pass(name: str, settings: dict[str, str], cfg: Config, only: set[str], t
         hold = (cfg.w3_before, cfg.w3_before + cfg.w3_hold)
         for design in (SKIPLOCK, SEED):
             log(f"W3 {design.name}: {cfg.w3_before + cfg.w3_hold + cfg.w3_after:.0f} s")
+            # skiplock runs its housekeeping as deployed (maintain() from cron or `skiplock maintain`);
+            # the seed has none.
             tl = timeline.run(cluster, design, "W3", cfg.w3_before + cfg.w3_hold + cfg.w3_after,
-                              cfg.w3_sample, cfg.backlog, hold=hold)
+                              cfg.w3_sample, cfg.backlog, hold=hold,
+                              maintain_every=cfg.maintain_every if design is SKIPLOCK else None)
             result["timelines"][f"W3 {design.name}"] = tl.as_dict()
             result["summaries"][f"W3 {design.name}"] = timeline.w3_summary(tl)
 
     def w4() -> None:
-        log(f"W4 skiplock: soak for {cfg.w4_seconds / 60:.1f} min")
-        tl = timeline.run(cluster, SKIPLOCK, "W4", cfg.w4_seconds, cfg.w4_sample, cfg.backlog,
-                          maintain_every=cfg.maintain_every)
-        result["timelines"]["W4 skiplock"] = tl.as_dict()
-        result["summaries"]["W4 skiplock"] = timeline.w4_summary(tl, cfg.w4_bucket)
+        # Capacity (as fast as they can), then a steady rate below it for the soak, then capacity
+        # again: one continuous stretch of work on the same tables, maintain() running throughout.
+        common = dict(maintain_every=cfg.maintain_every)
+        log(f"W4 skiplock: capacity for {cfg.w4_capacity_seconds:.0f} s, a soak of {cfg.w4_seconds / 60:.1f} min "
+            f"at {timeline.W4_LOAD:.0%} of it, capacity again")
+        before = timeline.run(cluster, SKIPLOCK, "W4", cfg.w4_capacity_seconds, cfg.w4_sample, cfg.backlog,
+                              label="capacity", **common)
+        rate = timeline.W4_LOAD * timeline.capacity(before)
+        log(f"W4 skiplock: capacity {timeline.capacity(before):,.0f} jobs/s; soaking at {rate:,.0f} jobs/s")
+        soak = timeline.run(cluster, SKIPLOCK, "W4", cfg.w4_seconds, cfg.w4_sample, cfg.backlog, rate=rate,
+                            fresh=False, progress_every=cfg.w4_bucket, **common)
+        after = timeline.run(cluster, SKIPLOCK, "W4", cfg.w4_capacity_seconds, cfg.w4_sample, cfg.backlog,
+                             fresh=False, label="capacity", **common)
+        result["timelines"]["W4 skiplock"] = soak.as_dict()
+        result["timelines"]["W4 capacity before"] = before.as_dict()
+        result["timelines"]["W4 capacity after"] = after.as_dict()
+        result["summaries"]["W4 skiplock"] = timeline.w4_summary(soak, cfg.w4_bucket, before, after, timeline.W4_LOAD)
 
     steps = [("ceilings", ceilings), ("W1", w1), ("W1b", w1b), ("W2", w2), ("W2b", w2b)]
     if timelines:

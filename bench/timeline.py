@@ -31,6 +31,10 @@ from bench.progress import log
 from skiplock import devdb
 
 PRODUCER_MAX_BATCH = 5000
+# W4 soaks at this share of the workers' capacity measured just before: a steady rate with the
+# headroom a queue is run with. Falling behind it (capacity down by a quarter) shows as lower
+# throughput and growing latency in the soak's last minutes.
+W4_LOAD = 0.75
 
 SIZES_SQL = """
 SELECT pg_table_size(s.relid), pg_indexes_size(s.relid), s.n_dead_tup, s.n_live_tup,
@@ -84,6 +88,8 @@ class Timeline:
     plans: list[Plan] = field(default_factory=list)
     producer: dict = field(default_factory=dict)
     pgbench_tps: float = 0.0
+    rate: float | None = None          # W4's steady rate (pgbench --rate); None: as fast as they can
+    progress: list[dict] = field(default_factory=list)   # pgbench's progress lines (latency, lag)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -117,6 +123,10 @@ class Producer(threading.Thread):
             self.error = str(e)
 
 
+# maintain() rows that say nothing was due (every call says one of these)
+QUIET = ("not due", "no schedule due", "not needed", "waiting for vacuum")
+
+
 class Maintenance(threading.Thread):
     """Calls the maintenance function every `every` seconds, as a cron job would."""
 
@@ -146,7 +156,7 @@ class Maintenance(threading.Thread):
                 self.longest = max(self.longest, took)
                 for row in rows:
                     # maintain() rows: (task, count, detail); keep every rotation that ran
-                    if len(row) == 3 and row[0] != "reap_hung" and (row[1] or not str(row[2]).startswith(("not due", "no schedule due"))):
+                    if len(row) == 3 and row[0] != "reap_hung" and (row[1] or not str(row[2]).startswith(QUIET)):
                         self.actions.append(f"{began - self.started:.0f} s: {row[0]}: {row[2]} ({1000 * took:.0f} ms)")
 
     def summary(self) -> dict:
@@ -180,22 +190,27 @@ def capture_plan(conn: psycopg.Connection, design: Design, stage: str, moment: s
 
 def run(cluster: devdb.Cluster, design: Design, workload: str, seconds: float, sample_every: float,
         backlog: int, workers: int = 16, hold: tuple[float, float] | None = None,
-        maintain_every: float | None = None) -> Timeline:
+        maintain_every: float | None = None, rate: float | None = None, fresh: bool = True,
+        progress_every: float | None = None, label: str = "soak") -> Timeline:
+    """One stretch of workers and producer. fresh=False goes on from where the previous stretch
+    left the tables (no reset, no preload): W4 runs three stretches back to back."""
     stage = workload.lower()
     url = cluster.url(design.dbname)
     conn = psycopg.connect(url, autocommit=True)
     conn.execute("LOAD 'auto_explain'")
-    tl = Timeline(workload, design.name, workers, backlog, seconds, sample_every)
+    tl = Timeline(workload, design.name, workers, backlog, seconds, sample_every, rate=rate)
     if hold:
         tl.hold_start, tl.hold_end = hold
-    designs.reset(conn, design)
-    design.preload(conn, stage, backlog)
-    designs.settle(conn, design)
+    if fresh:
+        designs.reset(conn, design)
+        design.preload(conn, stage, backlog)
+        designs.settle(conn, design)
 
     maintenance = None
     if maintain_every:
         function = designs.maintenance_function(conn)
-        policy = designs.soak_policy(conn) if function == "queue.maintain()" else None
+        # W4 shortens the rotation interval so that rotation runs under load; W3 keeps the default.
+        policy = designs.soak_policy(conn) if function == "queue.maintain()" and workload == "W4" else None
         if function != "queue.maintain()":
             log(f"  {workload}: queue.maintain() does not exist yet; calling {function} in its place")
         else:
@@ -206,19 +221,20 @@ def run(cluster: devdb.Cluster, design: Design, workload: str, seconds: float, s
     producer = Producer(url, design, stage, base)
     hold_conn: psycopg.Connection | None = None
     # pgbench runs 2 s past the last sample, so that every sampled interval is full of work.
-    proc = pgbench.start(cluster, design.dbname, design.process_script, workers, seconds + 2, {"stage": stage})
+    proc = pgbench.start(cluster, design.dbname, design.process_script, workers, seconds + 2, {"stage": stage},
+                         rate=rate, progress=progress_every)
     t0 = time.monotonic()
     producer.start()
     if maintenance:
         maintenance.start()
     try:
         tl.plans.append(capture_plan(conn, design, stage, "start"))
-        tl.samples.append(_sample(conn, design, 0.0, "before" if hold else "soak", base, producer, None))
+        tl.samples.append(_sample(conn, design, 0.0, "before" if hold else label, base, producer, None))
         steps = int(round(seconds / sample_every))
         for k in range(1, steps + 1):
             t = k * sample_every
             time.sleep(max(0.0, t0 + t - time.monotonic()))
-            phase = _phase(t, hold)
+            phase = _phase(t, hold, label)
             s = _sample(conn, design, time.monotonic() - t0, phase, base, producer, tl.samples[-1])
             tl.samples.append(s)
             log(f"  {workload} {design.name:8} {t:5.0f} s {s.rate:9,.0f} jobs/s  hot table "
@@ -251,6 +267,7 @@ def run(cluster: devdb.Cluster, design: Design, workload: str, seconds: float, s
         conn.close()
     summary = pgbench.finish(proc, design.process_script, workers)
     tl.pgbench_tps = summary.tps
+    tl.progress = summary.progress
     tl.producer = {"enqueued": producer.enqueued, "calls": producer.calls, "error": producer.error}
     tl.maintenance = maintenance.summary() if maintenance else None
     if producer.error:
@@ -258,9 +275,9 @@ def run(cluster: devdb.Cluster, design: Design, workload: str, seconds: float, s
     return tl
 
 
-def _phase(t: float, hold: tuple[float, float] | None) -> str:
+def _phase(t: float, hold: tuple[float, float] | None, label: str) -> str:
     if hold is None:
-        return "soak"
+        return label
     if t <= hold[0] + 1e-6:
         return "before"
     return "hold" if t <= hold[1] + 1e-6 else "after"
@@ -310,12 +327,25 @@ def w3_summary(tl: Timeline) -> dict:
     }
 
 
-def w4_summary(tl: Timeline, bucket: float) -> dict:
-    """Throughput and hot-table size per bucket (a minute in a full run)."""
+def capacity(tl: Timeline) -> float:
+    """Mean jobs/s of a stretch, leaving out its first sample (the workers' start)."""
+    rates = [s.rate for s in tl.samples[1:]]
+    if len(rates) >= 3:
+        rates = rates[1:]
+    return statistics.fmean(rates) if rates else 0.0
+
+
+def w4_summary(tl: Timeline, bucket: float, before: Timeline | None = None, after: Timeline | None = None,
+               load: float | None = None) -> dict:
+    """Throughput, latency and hot-table size per bucket (a minute in a full run) of the steady
+    soak, and the workers' capacity (as fast as they can) just before and just after it."""
     rows = []
     edges = [s for s in tl.samples if abs(s.t / bucket - round(s.t / bucket)) * bucket < tl.sample_every / 2]
+    progress = {round(p["t"] / bucket): p for p in tl.progress}
     for prev, cur in zip(edges, edges[1:]):
+        p = progress.get(round(cur.t / bucket), {})
         rows.append({"until_s": round(cur.t), "rate": (cur.processed - prev.processed) / (cur.t - prev.t),
+                     "latency_ms": p.get("latency_ms"), "lag_ms": p.get("lag_ms"),
                      "total_bytes": cur.table_bytes + cur.index_bytes, "dead_tuples": cur.dead_tuples,
                      "partitions": len(cur.partitions or [])})
     first, last = (rows[0], rows[-1]) if rows else ({"rate": 0.0, "total_bytes": 1}, {"rate": 0.0, "total_bytes": 0})
@@ -324,12 +354,21 @@ def w4_summary(tl: Timeline, bucket: float) -> dict:
     middle = min(tl.samples, key=lambda s: abs(s.t - tl.seconds / 2))
     end = tl.samples[-1]
     size_middle, size_end = middle.table_bytes + middle.index_bytes, end.table_bytes + end.index_bytes
+    capacity_before = capacity(before) if before else None
+    capacity_after = capacity(after) if after else None
     return {
         "bucket_s": bucket,
         "buckets": rows,
+        "rate_target": tl.rate,
+        "load": load,
+        "capacity_before": capacity_before,
+        "capacity_after": capacity_after,
+        "capacity_ratio": capacity_after / capacity_before if capacity_before and capacity_after is not None else None,
         "rate_first": first["rate"],
         "rate_last": last["rate"],
         "rate_ratio": last["rate"] / first["rate"] if first["rate"] else 0.0,
+        "latency_first_ms": first.get("latency_ms"),
+        "latency_last_ms": last.get("latency_ms"),
         "size_first": first["total_bytes"],
         "size_max": max((r["total_bytes"] for r in rows), default=0),
         "size_last": last["total_bytes"],

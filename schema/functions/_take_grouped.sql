@@ -2,7 +2,7 @@
 -- stage with a group_limit. Only take_next calls it, holding the stage's advisory lock, so no
 -- other taker of the stage counts or claims meanwhile (VOLATILE: each statement sees what the
 -- lock's earlier holders committed).
--- Each pass reads the groups at their cap (running tasks, from index live_tasks_running_group),
+-- Each pass reads the groups at their cap (running tasks, from index live_tasks_running),
 -- leaves their tasks out of the candidates altogether, so a group's backlog never stands in
 -- front of other groups, and claims in claim order (priority, run_at, id) the first `left`
 -- candidates whose group still has room: a group's k-th candidate is taken when its running

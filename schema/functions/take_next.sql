@@ -44,6 +44,7 @@ DECLARE
     v_lease    interval    := take_next.lease_for;
     v_settings queue.stage_settings;
     v_running  integer;
+    v_setting       text;
     v_hint          text[];
     v_from_priority integer;
     v_from_run_at   timestamptz;
@@ -120,9 +121,18 @@ BEGIN
     -- there, unless a task of a lower priority number is due, nothing is due past that point,
     -- or the last scan from the beginning is 5 s old (for tasks that land behind it: a release,
     -- a long producer transaction's commit).
-    v_hint := pg_catalog.regexp_match(pg_catalog.current_setting('skiplock.claim_hint', true),
-                                      '^(-?[0-9]{1,9})/(-?[0-9]{1,18})/([0-9]{1,18})/(-?[0-9]{1,18})/(.*)$');
-    IF v_hint[5] = take_next.stage
+    -- Split, not regexp_match: its capture groups cost 150 µs a call, a third of a take. The
+    -- pattern and the lengths only guard the casts: a value set by hand is ignored, not an error.
+    v_setting := pg_catalog.current_setting('skiplock.claim_hint', true);
+    IF v_setting ~ '^-?[0-9]+/-?[0-9]+/[0-9]+/-?[0-9]+/' THEN
+        v_hint := pg_catalog.string_to_array(v_setting, '/');
+    END IF;
+    -- The stage may hold '/': compare it whole.
+    IF v_setting = pg_catalog.concat_ws('/', v_hint[1], v_hint[2], v_hint[3], v_hint[4], take_next.stage)
+       AND pg_catalog.length(pg_catalog.ltrim(v_hint[1], '-')) <= 9
+       AND pg_catalog.length(pg_catalog.ltrim(v_hint[2], '-')) <= 18
+       AND pg_catalog.length(v_hint[3]) <= 18
+       AND pg_catalog.length(pg_catalog.ltrim(v_hint[4], '-')) <= 18
        AND v_hint[4]::bigint > (pg_catalog.date_part('epoch', v_now) * 1000000)::bigint THEN
         v_from_priority := v_hint[1]::integer;
         v_from_run_at   := timestamptz 'epoch' + v_hint[2]::bigint * interval '1 microsecond';

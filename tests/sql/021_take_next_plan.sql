@@ -1,6 +1,6 @@
 -- Plan guard: with a realistic backlog, take_next's claim query walks the partial index
 -- live_tasks_claim in order (no Seq Scan, no Sort), and reap_hung's selection reads the partial
--- index live_tasks_lease_expiry. A change of the indexes or of the queries that loses this shows
+-- index live_tasks_running. A change of the indexes or of the queries that loses this shows
 -- here before it shows as a slow queue.
 --
 -- The two queries below are COPIES of the ones in schema/functions/take_next.sql (CTE "picked")
@@ -189,7 +189,7 @@ SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_claim') AND pg_temp.uses_index(
           AND NOT pg_temp.has_node(p.plan, 'Seq Scan') AND NOT pg_temp.has_node(p.plan, 'Hash Join'),
           'the generic plan of the whole claim statement finds the rows by live_tasks_claim and updates them by live_tasks_pkey, without Seq Scan or Hash Join')
   FROM plans p WHERE p.name = 'claim update generic';
-SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_lease_expiry'), 'reap_hung''s selection uses index live_tasks_lease_expiry')
+SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_running'), 'reap_hung''s selection uses index live_tasks_running')
   FROM plans p WHERE p.name = 'reap';
 SELECT ok(NOT pg_temp.has_node(p.plan, 'Seq Scan'), 'reap_hung''s selection has no Seq Scan')
   FROM plans p WHERE p.name = 'reap';
@@ -202,7 +202,7 @@ SELECT is(
 -- On failure, show the plans.
 SELECT diag(p.name || ': ' || pg_catalog.jsonb_pretty(p.plan))
   FROM plans p
- WHERE NOT (pg_temp.uses_index(p.plan, CASE WHEN p.name = 'reap' THEN 'live_tasks_lease_expiry' ELSE 'live_tasks_claim' END)
+ WHERE NOT (pg_temp.uses_index(p.plan, CASE WHEN p.name = 'reap' THEN 'live_tasks_running' ELSE 'live_tasks_claim' END)
             AND NOT pg_temp.has_node(p.plan, 'Seq Scan')
             AND (p.name = 'reap' OR NOT pg_temp.has_node(p.plan, 'Sort')));
 

@@ -5,7 +5,7 @@
 -- is 5 s old; a hint that is garbage or names another stage is ignored. now() is fixed for the
 -- transaction, so "5 s old" is written into the hint by hand.
 BEGIN;
-SELECT plan(14);
+SELECT plan(21);
 
 CREATE TEMP TABLE took (seq serial PRIMARY KEY, id bigint, lease uuid, g integer);
 CREATE FUNCTION pg_temp.take(stage text) RETURNS integer LANGUAGE sql AS $$
@@ -51,16 +51,35 @@ SELECT is(pg_temp.take('hint'), 6, 'task 6');
 SELECT queue.release(t.id, t.lease) FROM took t WHERE t.g = 5;
 SELECT is(pg_temp.take('hint'), 5, 'nothing due past the position: the take starts over and finds the released task 5');
 
--- A hint that is not skiplock's own, or names another stage, is ignored.
-SELECT queue.enqueue('{"g": 7}', stage => 'hint2', run_at => now() - interval '2 minutes');
-SELECT queue.enqueue('{"g": 8}', stage => 'hint2', run_at => now() - interval '1 minute');
-SELECT queue.enqueue('{"g": 9}', stage => 'hint2', run_at => now() - interval '30 seconds');
+-- A hint that is not skiplock's own, or names another stage, is ignored. Each case below puts a
+-- hint past a released task, so a hint wrongly used would skip that task.
+SELECT queue.enqueue(pg_catalog.jsonb_build_object('g', g), stage => 'hint2',
+                     run_at => now() - interval '2 minutes' + g * interval '1 second')
+  FROM pg_catalog.generate_series(7, 11) g;
 SELECT pg_catalog.set_config('skiplock.claim_hint', '0/x/1/2/hint2', false);
 SELECT is(pg_temp.take('hint2'), 7, 'a malformed hint is ignored: the take starts from the beginning');
+SELECT is(pg_temp.take('hint2'), 8, 'setup: task 8, the hint is past task 7');
 SELECT queue.release(t.id, t.lease) FROM took t WHERE t.g = 7;
 SELECT pg_catalog.set_config('skiplock.claim_hint',
            pg_catalog.regexp_replace(pg_catalog.current_setting('skiplock.claim_hint'), '/hint2$', '/hint'), false);
 SELECT is(pg_temp.take('hint2'), 7, 'a hint of another stage is ignored');
+SELECT is(pg_temp.take('hint2'), 9, 'setup: task 9, the hint is past task 7');
+SELECT queue.release(t.id, t.lease) FROM took t WHERE t.g = 7 AND t.seq = (SELECT max(k.seq) FROM took k WHERE k.g = 7);
+SELECT pg_catalog.set_config('skiplock.claim_hint',
+           pg_catalog.regexp_replace(pg_catalog.current_setting('skiplock.claim_hint'), '/hint2$', '/x/hint2'), false);
+SELECT is(pg_temp.take('hint2'), 7, 'a hint of a stage whose name ends in /<this stage> is ignored');
+SELECT queue.release(t.id, t.lease) FROM took t WHERE t.g = 7 AND t.seq = (SELECT max(k.seq) FROM took k WHERE k.g = 7);
+SELECT pg_catalog.set_config('skiplock.claim_hint', '9999999999/99999999999999999999/1/99999999999999999999/hint2', false);
+SELECT is(pg_temp.take('hint2'), 7, 'a hint whose numbers do not fit is ignored, not an error');
+
+-- A stage name may hold '/', the hint's separator.
+SELECT queue.enqueue(pg_catalog.jsonb_build_object('g', g), stage => 'a/b',
+                     run_at => now() - interval '1 minute' + g * interval '1 second')
+  FROM pg_catalog.generate_series(20, 22) g;
+SELECT is(pg_temp.take('a/b'), 20, 'a stage named a/b: task 20');
+SELECT is(pg_temp.take('a/b'), 21, 'task 21');
+SELECT queue.release(t.id, t.lease) FROM took t WHERE t.g = 20;
+SELECT is(pg_temp.take('a/b'), 22, 'its hint is used: the take goes on past the released task 20');
 
 SELECT * FROM finish();
 ROLLBACK;

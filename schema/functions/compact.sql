@@ -28,7 +28,7 @@ BEGIN
         RAISE EXCEPTION 'queue.live_tasks is busy: compact() did not get its lock within %',
                         pg_catalog.current_setting('lock_timeout')
             USING ERRCODE = '55P03',
-                  DETAIL = 'A transaction holds a lock on queue.live_tasks (a long transaction that read it, or DDL).',
+                  DETAIL = 'A transaction holds a lock on queue.live_tasks (a long transaction that read it, a VACUUM or ANALYZE, or DDL).',
                   HINT = 'Nothing was changed. Try again later; pg_locks shows who holds it.';
     END;
     SELECT pg_catalog.array_agg(t ORDER BY t.id) INTO v_rows FROM queue.live_tasks t;

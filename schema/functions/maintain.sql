@@ -11,7 +11,9 @@
 --                      mostly free space (after a long transaction held vacuum back); one session
 --                      at a time; its ACCESS EXCLUSIVE lock on queue.live_tasks lasts until this
 --                      transaction ends, which is why it comes last. A try that times out on the
---                      lock is not repeated by this session for 60 s.
+--                      lock is not repeated by this session for 60 s. While a VACUUM or ANALYZE
+--                      (autovacuum) works on the table it does not try at all, and tries again
+--                      at its next call.
 -- Returns a row per task: how many things it did, and what. Cheap when nothing is due: reaping
 -- reads only the partial index of running tasks, firing reads the index on schedules.next_fire,
 -- the rotation check reads one row, the compaction check reads statistics, and nothing is
@@ -35,6 +37,7 @@ DECLARE
     v_due     boolean;
     v_before  bigint;
     v_after   bigint;
+    v_unvacuumed boolean;
 BEGIN
     IF maintain.now IS NULL THEN
         RAISE EXCEPTION 'now must not be NULL'
@@ -83,8 +86,22 @@ BEGIN
     count := 0;
     SELECT d.due, d.detail INTO v_due, detail FROM queue._compaction_due() d;
     IF v_due THEN
-        IF NOT pg_catalog.pg_try_advisory_xact_lock(v_compact_key) THEN
+        IF pg_catalog.pg_try_advisory_xact_lock(v_compact_key) THEN
+            -- Autovacuum visits a bloated hot table for seconds at a time, often back to back:
+            -- compact() would time out behind it and leave the table alone for a minute. Taking
+            -- vacuum's own lock first, without waiting, keeps the next vacuum from starting, so
+            -- compact() waits only for the workers' short transactions.
+            BEGIN
+                LOCK TABLE queue.live_tasks IN SHARE UPDATE EXCLUSIVE MODE NOWAIT;
+                v_unvacuumed := true;
+            EXCEPTION WHEN lock_not_available THEN
+                v_unvacuumed := false;
+            END;
+        END IF;
+        IF v_unvacuumed IS NULL THEN
             detail := 'due, but another session is compacting';
+        ELSIF NOT v_unvacuumed THEN
+            detail := 'due, but a VACUUM or ANALYZE of queue.live_tasks is running (or DDL holds it); this session tries again at its next call';
         ELSE
             BEGIN
                 SELECT c.tasks::integer, c.bytes_before, c.bytes_after INTO count, v_before, v_after FROM queue.compact() c;
@@ -102,6 +119,6 @@ BEGIN
     RETURN NEXT;
 END
 $$;
-COMMENT ON FUNCTION queue.maintain(timestamptz) IS 'Housekeeping in one call: reaps hung tasks, fires due cron schedules, rotates history partitions when rotate_every has passed, compacts queue.live_tasks when it is mostly free space (queue.compact(); ACCESS EXCLUSIVE on it until the transaction ends). A row per task (task, count, detail). Safe and cheap every second from many sessions; writes nothing when nothing is due.';
+COMMENT ON FUNCTION queue.maintain(timestamptz) IS 'Housekeeping in one call: reaps hung tasks, fires due cron schedules, rotates history partitions when rotate_every has passed, compacts queue.live_tasks when it is mostly free space and no VACUUM is working on it (queue.compact(); ACCESS EXCLUSIVE on it until the transaction ends). A row per task (task, count, detail). Safe and cheap every second from many sessions; writes nothing when nothing is due.';
 REVOKE ALL ON FUNCTION queue.maintain(timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.maintain(timestamptz) TO skiplock_admin;

@@ -63,6 +63,18 @@ def _live(conn: psycopg.Connection) -> int:
     return conn.execute("SELECT count(*) FROM queue.live_tasks").fetchone()[0]
 
 
+def _wait_until_due(conn: psycopg.Connection) -> tuple[bool, str]:
+    """_compaction_due() once the statistics other backends flush late (at their exit, or a second
+    after their last transaction) have arrived: up to 10 s, vacuuming between looks."""
+    for _ in range(20):
+        due, detail = conn.execute("SELECT * FROM queue._compaction_due()").fetchone()
+        if due:
+            break
+        time.sleep(0.5)
+        _vacuum(conn)
+    return due, detail
+
+
 def _compact_row(conn: psycopg.Connection) -> tuple[int, str]:
     rows = {task: (count, detail) for task, count, detail in conn.execute("SELECT * FROM queue.maintain()")}
     return rows["compact"]
@@ -186,12 +198,7 @@ def test_maintain_does_not_retry_a_busy_compaction_for_a_minute(db: str, conn: p
     conn.execute("SELECT queue.compact()")
     _bloat(conn, "compact.retry", processed=60_000, kept=100)
     _vacuum(conn, analyze=True)
-    for _ in range(20):   # statistics other backends flush late (see above)
-        due, detail = conn.execute("SELECT * FROM queue._compaction_due()").fetchone()
-        if due:
-            break
-        time.sleep(0.5)
-        _vacuum(conn)
+    due, detail = _wait_until_due(conn)
     assert due, detail
     with psycopg.connect(db) as holder:
         holder.execute("SELECT count(*) FROM queue.live_tasks")
@@ -213,12 +220,7 @@ def test_maintain_steps_around_a_running_vacuum_and_compacts_at_its_next_call(db
     conn.execute("SELECT queue.compact()")
     _bloat(conn, "compact.vacuum", processed=60_000, kept=100)
     _vacuum(conn, analyze=True)
-    for _ in range(20):   # statistics other backends flush late (see above)
-        due, detail = conn.execute("SELECT * FROM queue._compaction_due()").fetchone()
-        if due:
-            break
-        time.sleep(0.5)
-        _vacuum(conn)
+    due, detail = _wait_until_due(conn)
     assert due, detail
     with psycopg.connect(db) as vacuum:   # holds what a running VACUUM holds
         vacuum.execute("LOCK TABLE queue.live_tasks IN SHARE UPDATE EXCLUSIVE MODE")

@@ -73,3 +73,26 @@ def test_idle_polls_refresh_the_mark_only_when_it_runs_low(conn: psycopg.Connect
     conn.execute("SELECT count(*) FROM queue.take_next('wake.poll')")
     left = conn.execute("SELECT until - now() FROM queue.stage_waiters WHERE stage = 'wake.poll'").fetchone()[0]
     assert left.total_seconds() > 50, "a mark with 10 s left was not refreshed"
+
+
+def test_a_stages_own_notify_setting_overrides_the_defaults_row(conn: psycopg.Connection,
+                                                                listener: psycopg.Connection):
+    # enqueue reads the stage's row and the defaults row ('*') in one statement: the stage's
+    # own value must win whichever way the two differ.
+    listener.execute('LISTEN "skiplock.wake.own_on"')
+    listener.execute('LISTEN "skiplock.wake.own_off"')
+    listener.execute('LISTEN "skiplock.wake.no_row"')
+    conn.execute("SELECT queue.configure_stage('wake.own_on', notify => true)")
+    conn.execute("SELECT queue.configure_stage('wake.own_off', notify => false)")
+    conn.execute("SELECT queue.configure_stage('*', notify => false)")
+    try:
+        for stage in ("wake.own_on", "wake.own_off", "wake.no_row"):
+            assert conn.execute("SELECT count(*) FROM queue.take_next(%s)", (stage,)).fetchone()[0] == 0
+            conn.execute("SELECT queue.enqueue('{}', %s)", (stage,))
+        assert channels(listener, 1.0) == ["skiplock.wake.own_on"]
+        conn.execute("SELECT queue.configure_stage('*', notify => true)")
+        for stage in ("wake.own_off", "wake.no_row"):
+            conn.execute("SELECT queue.enqueue('{}', %s)", (stage,))
+        assert channels(listener, 1.0) == ["skiplock.wake.no_row"]
+    finally:
+        conn.execute("SELECT queue.configure_stage('*', notify => true)")

@@ -90,18 +90,12 @@ BEGIN
                   DETAIL = pg_catalog.format('The group_key has %s characters.', pg_catalog.length(enqueue.group_key)),
                   HINT = 'A group_key is 1 to 200 characters, or NULL for none.';
     END IF;
-    -- The stage's own settings row if it has one, else the defaults ('*'), and whether a worker
-    -- waits on it, in one statement of primary-key probes: two statements cost 10 % of a call.
-    -- A worker that starts waiting after this statement is woken by its next poll, as it would be
-    -- if it started waiting after the commit.
-    SELECT coalesce(s.restricted, d.restricted),
-           coalesce(s.notify, d.notify)
-           AND EXISTS (SELECT 1 FROM queue.stage_waiters w WHERE w.stage = enqueue.stage AND w.until > v_now)
-      INTO v_restricted, v_notify
-      FROM queue.stage_settings d
-      LEFT JOIN queue.stage_settings s ON s.stage = enqueue.stage
-     WHERE d.stage = '*';
     -- A restricted stage (grant_stage) admits only the roles it lists; open stages skip the lookup.
+    SELECT s.restricted, s.notify INTO v_restricted, v_notify
+      FROM queue.stage_settings s
+     WHERE s.stage IN (enqueue.stage, '*')
+     ORDER BY s.stage = '*'
+     LIMIT 1;
     IF v_restricted THEN
         PERFORM queue._check_access(enqueue.stage, 'enqueue');
     END IF;
@@ -159,7 +153,8 @@ BEGIN
     END IF;
 
     -- Only while a worker waits (take_next found the stage empty): NOTIFY serialises commits.
-    IF v_notify THEN
+    IF v_notify
+       AND EXISTS (SELECT 1 FROM queue.stage_waiters w WHERE w.stage = enqueue.stage AND w.until > v_now) THEN
         PERFORM pg_catalog.pg_notify('skiplock.' || enqueue.stage, '');
     END IF;
     RETURN v_id;

@@ -2,7 +2,7 @@
 -- knowing tenant B's task ids, can neither enqueue into, take from, see, nor finish B's tasks,
 -- through any API function or view; admins bypass; open stages stay open; revoke reopens.
 BEGIN;
-SELECT plan(75);
+SELECT plan(76);
 
 -- Roles are cluster-wide, but created in this transaction they roll back with it.
 CREATE ROLE skiplock_t_group_a NOLOGIN;
@@ -69,6 +69,15 @@ SELECT is(pg_temp.error_of($$SELECT queue.enqueue('{}', 'b.jobs')$$),
           'the denial names stage and role and hints at grant_stage');
 SELECT throws_ok($$SELECT queue.enqueue('{}', 'b.jobs', key => 'b-1', mode => 'rerun')$$, '42501', NULL, 'A cannot re-run B''s keyed task');
 SELECT throws_ok($$SELECT queue.enqueue_batch(ARRAY['{}']::jsonb[], 'b.jobs')$$, '42501', NULL, 'A cannot batch-enqueue into b.jobs');
+-- The restriction is the stage's own row: it holds even with the defaults row '*' deleted by hand.
+RESET ROLE;
+SAVEPOINT without_defaults;
+DELETE FROM queue.stage_settings WHERE stage = '*';
+SET ROLE skiplock_t_tenant_a;
+SELECT throws_ok($$SELECT queue.enqueue('{}', 'b.jobs')$$, '42501', NULL, 'A cannot enqueue into b.jobs even without the defaults row ''*''');
+RESET ROLE;
+ROLLBACK TO SAVEPOINT without_defaults;
+SET ROLE skiplock_t_tenant_a;
 SELECT throws_ok($$SELECT * FROM queue.take_next('b.jobs')$$, '42501', 'permission denied for stage b.jobs', 'A cannot take from b.jobs (denied, not an empty result)');
 SELECT is(pg_temp.error_of($$SELECT * FROM queue.take_next('b.jobs', batch => 5)$$),
           '42501 | Stage ''b.jobs'' is restricted and role skiplock_t_tenant_a has no take right on it. | An admin can allow it: SELECT queue.grant_stage(''b.jobs'', ''skiplock_t_tenant_a'');',

@@ -11,9 +11,9 @@
 --                      mostly free space (after a long transaction held vacuum back); one session
 --                      at a time; its ACCESS EXCLUSIVE lock on queue.live_tasks lasts until this
 --                      transaction ends, which is why it comes last. A try that times out on the
---                      lock is not repeated by this session for 60 s. While a VACUUM or ANALYZE
---                      (autovacuum) works on the table it does not try at all, and tries again
---                      at its next call.
+--                      lock is not repeated by this session for 60 s. An autovacuum working on
+--                      the table is cancelled (maintain waits deadlock_timeout + 1 s for its
+--                      lock); behind a manual VACUUM or ANALYZE it tries again at its next call.
 -- Returns a row per task: how many things it did, and what. Cheap when nothing is due: reaping
 -- reads only the partial index of running tasks, firing reads the index on schedules.next_fire,
 -- the rotation check reads one row, the compaction check reads statistics, and nothing is
@@ -38,6 +38,7 @@ DECLARE
     v_before  bigint;
     v_after   bigint;
     v_unvacuumed boolean;
+    v_lock_timeout text;
 BEGIN
     IF maintain.now IS NULL THEN
         RAISE EXCEPTION 'now must not be NULL'
@@ -87,21 +88,30 @@ BEGIN
     SELECT d.due, d.detail INTO v_due, detail FROM queue._compaction_due() d;
     IF v_due THEN
         IF pg_catalog.pg_try_advisory_xact_lock(v_compact_key) THEN
-            -- Autovacuum visits a bloated hot table for seconds at a time, often back to back:
-            -- compact() would time out behind it and leave the table alone for a minute. Taking
-            -- vacuum's own lock first, without waiting, keeps the next vacuum from starting, so
-            -- compact() waits only for the workers' short transactions.
+            -- Autovacuum visits a bloated hot table for seconds at a time, back to back, and can
+            -- hold it for minutes retrying to truncate it: compact() would time out behind it.
+            -- So take vacuum's own lock first, which keeps the next vacuum from starting, and
+            -- wait for it a second longer than deadlock_timeout: after deadlock_timeout
+            -- PostgreSQL cancels an autovacuum that blocks a lock request (not a manual VACUUM,
+            -- nor one against wraparound). Takes and finishes do not queue behind this request:
+            -- their ROW EXCLUSIVE lock does not conflict with it. compact() then waits only for
+            -- the workers' short transactions.
+            v_lock_timeout := pg_catalog.current_setting('lock_timeout');
             BEGIN
-                LOCK TABLE queue.live_tasks IN SHARE UPDATE EXCLUSIVE MODE NOWAIT;
+                PERFORM pg_catalog.set_config('lock_timeout',
+                            (pg_catalog.date_part('epoch', pg_catalog.current_setting('deadlock_timeout')::interval) * 1000
+                             + 1000)::bigint::text, true);
+                LOCK TABLE queue.live_tasks IN SHARE UPDATE EXCLUSIVE MODE;
                 v_unvacuumed := true;
             EXCEPTION WHEN lock_not_available THEN
                 v_unvacuumed := false;
             END;
+            PERFORM pg_catalog.set_config('lock_timeout', v_lock_timeout, true);
         END IF;
         IF v_unvacuumed IS NULL THEN
             detail := 'due, but another session is compacting';
         ELSIF NOT v_unvacuumed THEN
-            detail := 'due, but a VACUUM or ANALYZE of queue.live_tasks is running (or DDL holds it); this session tries again at its next call';
+            detail := 'due, but a manual VACUUM or ANALYZE (or an autovacuum against wraparound, or DDL) holds queue.live_tasks; this session tries again at its next call';
         ELSE
             BEGIN
                 SELECT c.tasks::integer, c.bytes_before, c.bytes_after INTO count, v_before, v_after FROM queue.compact() c;
@@ -119,6 +129,6 @@ BEGIN
     RETURN NEXT;
 END
 $$;
-COMMENT ON FUNCTION queue.maintain(timestamptz) IS 'Housekeeping in one call: reaps hung tasks, fires due cron schedules, rotates history partitions when rotate_every has passed, compacts queue.live_tasks when it is mostly free space and no VACUUM is working on it (queue.compact(); ACCESS EXCLUSIVE on it until the transaction ends). A row per task (task, count, detail). Safe and cheap every second from many sessions; writes nothing when nothing is due.';
+COMMENT ON FUNCTION queue.maintain(timestamptz) IS 'Housekeeping in one call: reaps hung tasks, fires due cron schedules, rotates history partitions when rotate_every has passed, compacts queue.live_tasks when it is mostly free space (queue.compact(); ACCESS EXCLUSIVE on it until the transaction ends), cancelling an autovacuum in the way after deadlock_timeout and stepping around a manual VACUUM. A row per task (task, count, detail). Safe and cheap every second from many sessions; writes nothing when nothing is due.';
 REVOKE ALL ON FUNCTION queue.maintain(timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.maintain(timestamptz) TO skiplock_admin;

@@ -305,7 +305,10 @@ def markdown(results: dict, chart: str | None) -> str:
             "constant. In W3 the workers run as fast as they can, so throughput is their capacity. W4 "
             f"measures that capacity for a minute, soaks at a steady rate of {timeline.W4_LOAD:.0%} of it (pgbench --rate), "
             "then measures the capacity again. Samples read `pg_stat_user_tables` "
-            "(finished tasks, dead tuples), `pg_table_size` and `pg_indexes_size`.", ""]
+            "(finished tasks, dead tuples), `pg_table_size` and `pg_indexes_size`. Those counts lag by about "
+            "a second of work, so each stretch's clock starts "
+            f"{timeline.WARMUP_S:g} s after its workers, once the lag is steady; pgbench's own per-minute "
+            "latency lines run that much ahead of it.", ""]
     out += ["## Targets (default durability, 16 clients unless said)", "",
             "| target | measured | met |", "|---|---|:-:|"]
     for name, measured, met in targets(results):

@@ -35,6 +35,13 @@ PRODUCER_MAX_BATCH = 5000
 # headroom a queue is run with. Falling behind it (capacity down by a quarter) shows as lower
 # throughput and growing latency in the soak's last minutes.
 W4_LOAD = 0.75
+# The finished-task counts come from pg_stat_user_tables, where each backend adds its counts at
+# most once a second: under load they lag the truth by about a second of work (about 5,000 tasks
+# at 16 workers, 2026-11-24). That lag cancels out of an interval that starts and ends under load,
+# but not out of one that starts before the workers do: the first 10 s sample used to read about
+# 10 % low, which flattered W3's hold ratio and W4's last-over-first. So the clock (t = 0, and the
+# count every rate is measured from) starts after the workers have run this long.
+WARMUP_S = 3.0
 
 SIZES_SQL = """
 SELECT pg_table_size(s.relid), pg_indexes_size(s.relid), s.n_dead_tup, s.n_live_tup,
@@ -51,7 +58,7 @@ SELECT coalesce(array_agg(i.inhrelid::regclass::text ORDER BY i.inhrelid::regcla
 
 @dataclass
 class Sample:
-    t: float                 # seconds since the workers started
+    t: float                 # seconds since the clock started (WARMUP_S after the workers)
     phase: str               # W3: before, hold, after; W4: soak
     processed: int           # tasks finished since the start
     rate: float              # tasks finished per second since the previous sample
@@ -205,6 +212,10 @@ def run(cluster: devdb.Cluster, design: Design, workload: str, seconds: float, s
         designs.reset(conn, design)
         design.preload(conn, stage, backlog)
         designs.settle(conn, design)
+    else:
+        # The producer lags the workers by the statistics' second: top the backlog up to where the
+        # stretch before began, so that back-to-back stretches start alike (and never from empty).
+        design.preload(conn, stage, max(0, backlog - design.count(conn, design.ready_sql, stage)))
 
     maintenance = None
     if maintain_every:
@@ -217,17 +228,19 @@ def run(cluster: devdb.Cluster, design: Design, workload: str, seconds: float, s
             log(f"  {workload}: queue.maintain() every {maintain_every:g} s; history policy: {policy}")
         maintenance = Maintenance(url, function, maintain_every, policy)
 
-    base = design.count(conn, design.processed_sql)
-    producer = Producer(url, design, stage, base)
+    producer = Producer(url, design, stage, design.count(conn, design.processed_sql))
     hold_conn: psycopg.Connection | None = None
     # pgbench runs 2 s past the last sample, so that every sampled interval is full of work.
-    proc = pgbench.start(cluster, design.dbname, design.process_script, workers, seconds + 2, {"stage": stage},
-                         rate=rate, progress=progress_every)
-    t0 = time.monotonic()
+    proc = pgbench.start(cluster, design.dbname, design.process_script, workers, WARMUP_S + seconds + 2,
+                         {"stage": stage}, rate=rate, progress=progress_every)
     producer.start()
     if maintenance:
         maintenance.start()
     try:
+        # The clock starts once every worker has reported its counts: see WARMUP_S.
+        time.sleep(WARMUP_S)
+        base = design.count(conn, design.processed_sql)
+        t0 = time.monotonic()
         tl.plans.append(capture_plan(conn, design, stage, "start"))
         tl.samples.append(_sample(conn, design, 0.0, "before" if hold else label, base, producer, None))
         steps = int(round(seconds / sample_every))
@@ -253,6 +266,8 @@ def run(cluster: devdb.Cluster, design: Design, workload: str, seconds: float, s
                 hold_conn = None
                 log(f"  {workload}: the idle transaction committed")
         tl.plans.append(capture_plan(conn, design, stage, "end"))
+        # The producer goes on until the workers stop, so they do not drain the backlog meanwhile.
+        summary = pgbench.finish(proc, design.process_script, workers)
     finally:
         producer.stop.set()
         if maintenance:
@@ -265,7 +280,6 @@ def run(cluster: devdb.Cluster, design: Design, workload: str, seconds: float, s
         if maintenance:
             maintenance.join()
         conn.close()
-    summary = pgbench.finish(proc, design.process_script, workers)
     tl.pgbench_tps = summary.tps
     tl.progress = summary.progress
     tl.producer = {"enqueued": producer.enqueued, "calls": producer.calls, "error": producer.error}
@@ -328,10 +342,8 @@ def w3_summary(tl: Timeline) -> dict:
 
 
 def capacity(tl: Timeline) -> float:
-    """Mean jobs/s of a stretch, leaving out its first sample (the workers' start)."""
+    """Mean jobs/s of a stretch (its clock starts after the workers' warm-up, see WARMUP_S)."""
     rates = [s.rate for s in tl.samples[1:]]
-    if len(rates) >= 3:
-        rates = rates[1:]
     return statistics.fmean(rates) if rates else 0.0
 
 
@@ -341,6 +353,7 @@ def w4_summary(tl: Timeline, bucket: float, before: Timeline | None = None, afte
     soak, and the workers' capacity (as fast as they can) just before and just after it."""
     rows = []
     edges = [s for s in tl.samples if abs(s.t / bucket - round(s.t / bucket)) * bucket < tl.sample_every / 2]
+    # pgbench's progress lines count from its own start, WARMUP_S before the clock: near enough.
     progress = {round(p["t"] / bucket): p for p in tl.progress}
     for prev, cur in zip(edges, edges[1:]):
         p = progress.get(round(cur.t / bucket), {})

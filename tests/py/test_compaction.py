@@ -75,6 +75,16 @@ def _wait_until_due(conn: psycopg.Connection) -> tuple[bool, str]:
     return due, detail
 
 
+def _make_compaction_due(conn: psycopg.Connection, stage: str) -> None:
+    """From a compact table, leave 100 live tasks among the space of 60,000 finished ones, vacuumed,
+    so that maintain()'s next call would compact."""
+    conn.execute("SELECT queue.compact()")
+    _bloat(conn, stage, processed=60_000, kept=100)
+    _vacuum(conn, analyze=True)
+    due, detail = _wait_until_due(conn)
+    assert due, detail
+
+
 def _compact_row(conn: psycopg.Connection) -> tuple[int, str]:
     rows = {task: (count, detail) for task, count, detail in conn.execute("SELECT * FROM queue.maintain()")}
     return rows["compact"]
@@ -195,11 +205,7 @@ def test_maintain_compacts_after_a_held_snapshot_ends_not_while_it_holds(db: str
 
 def test_maintain_does_not_retry_a_busy_compaction_for_a_minute(db: str, conn: psycopg.Connection,
                                                                 no_autovacuum: None):
-    conn.execute("SELECT queue.compact()")
-    _bloat(conn, "compact.retry", processed=60_000, kept=100)
-    _vacuum(conn, analyze=True)
-    due, detail = _wait_until_due(conn)
-    assert due, detail
+    _make_compaction_due(conn, "compact.retry")
     with psycopg.connect(db) as holder:
         holder.execute("SELECT count(*) FROM queue.live_tasks")
         count, detail = _compact_row(conn)
@@ -218,11 +224,7 @@ def test_maintain_steps_around_a_manual_vacuum_and_compacts_at_its_next_call(db:
     """A manual VACUUM is not cancelled for maintain(): maintain() must wait no longer than
     deadlock_timeout + 1 s behind it, and not take it for a busy table and leave compaction for a
     minute."""
-    conn.execute("SELECT queue.compact()")
-    _bloat(conn, "compact.vacuum", processed=60_000, kept=100)
-    _vacuum(conn, analyze=True)
-    due, detail = _wait_until_due(conn)
-    assert due, detail
+    _make_compaction_due(conn, "compact.vacuum")
     with psycopg.connect(db) as vacuum:   # holds what a running manual VACUUM holds
         vacuum.execute("LOCK TABLE queue.live_tasks IN SHARE UPDATE EXCLUSIVE MODE")
         began = time.monotonic()
@@ -246,11 +248,7 @@ def test_maintain_cancels_an_autovacuum_in_its_way_and_compacts(conn: psycopg.Co
     each retrying to truncate it): maintain() must not step around it for ever. An analyze slowed
     to a crawl stands for it; maintain() waits deadlock_timeout, PostgreSQL cancels the autovacuum,
     and the compaction runs in that same call."""
-    conn.execute("SELECT queue.compact()")
-    _bloat(conn, "compact.autovacuum", processed=60_000, kept=100)
-    _vacuum(conn, analyze=True)
-    due, detail = _wait_until_due(conn)
-    assert due, detail
+    _make_compaction_due(conn, "compact.autovacuum")
     try:
         # Any change starts an autoanalyze, which sleeps 100 ms after every page it reads.
         conn.execute("ALTER TABLE queue.live_tasks SET (autovacuum_enabled = on,"

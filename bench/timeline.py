@@ -241,6 +241,8 @@ def run(cluster: devdb.Cluster, design: Design, workload: str, seconds: float, s
         time.sleep(WARMUP_S)
         base = design.count(conn, design.processed_sql)
         t0 = time.monotonic()
+        if maintenance:
+            maintenance.started = t0   # its actions on the samples' clock (negative: in the warm-up)
         tl.plans.append(capture_plan(conn, design, stage, "start"))
         tl.samples.append(_sample(conn, design, 0.0, "before" if hold else label, base, producer, None))
         steps = int(round(seconds / sample_every))

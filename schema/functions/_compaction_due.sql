@@ -3,8 +3,13 @@
 --   the table with its indexes is over 8 MB (smaller tables are not worth a lock);
 --   it is over 4 times what its live tasks need (their width from pg_stats, 150 bytes if never
 --   analyzed, plus about 100 bytes of tuple header and index entries per task);
---   dead row versions are fewer than live ones (vacuum has caught up: no snapshot still holds the
---   bloat, so compacting cannot hide rows from it);
+--   vacuum has caught up (no snapshot still holds the bloat, so compacting cannot hide rows from
+--   it): dead row versions are fewer than live ones, or a vacuum ended in the past 10 s and the
+--   dead versions are no more than the churn since (a task leaves two: its claim and its finish;
+--   three per task inserted since that vacuum leaves room for retries). The second test is what
+--   lets a small backlog under heavy churn be compacted: there, the dead versions of a second's
+--   work outnumber the live tasks even when vacuum removes everything it visits. A snapshot that
+--   began after the last vacuum started escapes both tests; the window is that vacuum's age.
 --   at most 50,000 live tasks (compact() holds its lock while it copies them; call it by hand for
 --   more);
 --   this session's last attempt did not fail on the lock in the past 60 s.
@@ -18,6 +23,9 @@ DECLARE
     v_bytes bigint := pg_catalog.pg_total_relation_size('queue.live_tasks');
     v_live  bigint := pg_catalog.pg_stat_get_live_tuples('queue.live_tasks'::regclass);
     v_dead  bigint := pg_catalog.pg_stat_get_dead_tuples('queue.live_tasks'::regclass);
+    v_inserted_since_vacuum bigint := pg_catalog.pg_stat_get_ins_since_vacuum('queue.live_tasks'::regclass);
+    v_vacuumed timestamptz := GREATEST(pg_catalog.pg_stat_get_last_vacuum_time('queue.live_tasks'::regclass),
+                                       pg_catalog.pg_stat_get_last_autovacuum_time('queue.live_tasks'::regclass));
     v_row   bigint;
     v_need  numeric;
     v_retry text := pg_catalog.current_setting('skiplock.compact_retry_at', true);
@@ -29,7 +37,9 @@ BEGIN
     due := false;
     IF v_bytes <= 8 * 1024 * 1024 OR v_bytes <= 4 * v_need THEN
         detail := pg_catalog.format('not needed: %s for about %s live tasks', pg_catalog.pg_size_pretty(v_bytes), v_live);
-    ELSIF v_dead >= GREATEST(v_live, 1000) THEN
+    ELSIF v_dead >= GREATEST(v_live, 1000)
+          AND NOT coalesce(v_vacuumed > pg_catalog.clock_timestamp() - interval '10 seconds'
+                           AND v_dead < GREATEST(v_live, 1000) + 3 * v_inserted_since_vacuum, false) THEN
         detail := pg_catalog.format('waiting for vacuum: %s for about %s live tasks and %s dead row versions',
                                     pg_catalog.pg_size_pretty(v_bytes), v_live, v_dead);
     ELSIF v_live > 50000 THEN
@@ -44,5 +54,5 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue._compaction_due() IS 'Internal: whether maintain() should compact queue.live_tasks (over 8 MB, over 4 times what its live tasks need, vacuum caught up, at most 50,000 live tasks, no failed try in this session in the past 60 s), with the reason. Reads statistics only.';
+COMMENT ON FUNCTION queue._compaction_due() IS 'Internal: whether maintain() should compact queue.live_tasks (over 8 MB, over 4 times what its live tasks need, vacuum caught up (dead versions fewer than live ones, or no more than the churn since a vacuum of the past 10 s), at most 50,000 live tasks, no failed try in this session in the past 60 s), with the reason. Reads statistics only.';
 REVOKE ALL ON FUNCTION queue._compaction_due() FROM PUBLIC;

@@ -24,6 +24,7 @@ STAGE = "compact.load"
 TASKS = 20_000
 WORKERS = 3
 DEADLINE = 180.0  # seconds; the drain takes ~20 s on an idle 2-core machine
+STATS_SQL = "SELECT n_dead_tup, n_live_tup FROM pg_stat_user_tables WHERE relid = 'queue.live_tasks'::regclass"
 ROWS_SQL = "SELECT md5(string_agg(t::text, ',' ORDER BY t.id)) FROM queue.live_tasks t"
 
 
@@ -48,6 +49,12 @@ def _vacuum(conn: psycopg.Connection, analyze: bool = False) -> None:
     its dead-tuple count is exactly what vacuum left (the compaction check reads it)."""
     conn.execute("SELECT pg_stat_force_next_flush()")
     conn.execute("VACUUM ANALYZE queue.live_tasks" if analyze else "VACUUM queue.live_tasks")
+
+
+def _vacuum_stats_flushed(conn: psycopg.Connection) -> None:
+    """This session's pending statistics (its deletes and inserts) reach the server before the next
+    statement, as a worker's do within a second."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
 
 
 @pytest.fixture
@@ -201,6 +208,45 @@ def test_maintain_compacts_after_a_held_snapshot_ends_not_while_it_holds(db: str
     assert _size(conn) <= 2 * size_before, f"{_size(conn)} bytes after, {size_before} before the load"
     count, detail = _compact_row(conn)
     assert (count, detail.startswith("not needed:")) == (0, True), "once compact, maintain leaves it alone"
+
+
+def test_maintain_compacts_a_small_backlog_under_churn_once_the_snapshot_is_gone(db: str, conn: psycopg.Connection,
+                                                                                   no_autovacuum: None):
+    """With 100 tasks waiting and workers busy, a second's work leaves more dead versions than
+    there are live tasks even when vacuum removes everything it visits: dead < live alone would
+    keep maintain() waiting for vacuum until a call happened to follow a vacuum at once."""
+    conn.execute("SELECT queue.compact()")
+    _bloat(conn, "compact.churn", processed=0, kept=100)
+    holder = psycopg.connect(db, autocommit=True)
+    try:
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT 1")
+        _bloat(conn, "compact.churn", processed=60_000, kept=0)
+        _vacuum(conn, analyze=True)   # removes nothing the snapshot may see
+        _bloat(conn, "compact.churn", processed=3_000, kept=0)
+        _vacuum_stats_flushed(conn)
+        count, detail = _compact_row(conn)
+        assert (count, detail.startswith("waiting for vacuum:")) == (0, True), detail
+        holder.execute("COMMIT")
+    finally:
+        holder.close()
+
+    # Now vacuum removes them all, once no other snapshot (an autoanalyze elsewhere) is older.
+    for _ in range(20):
+        _vacuum(conn)
+        dead, live = conn.execute(STATS_SQL).fetchone()
+        if dead < 1000:
+            break
+        time.sleep(0.5)
+    assert dead < 1000, f"vacuum left {dead} dead row versions"
+    # Churn: two dead versions a task, more than the live tasks (earlier tests left some too).
+    _bloat(conn, "compact.churn", processed=max(3_000, live), kept=0)
+    _vacuum_stats_flushed(conn)
+    dead, live = conn.execute(STATS_SQL).fetchone()
+    assert dead >= max(live, 1000), (dead, live)
+    live = _live(conn)   # this stage's 100, and what earlier tests left in theirs
+    count, detail = _compact_row(conn)
+    assert (count, detail.startswith(f"rewrote {live} live tasks:")) == (live, True), detail
 
 
 def test_maintain_does_not_retry_a_busy_compaction_for_a_minute(db: str, conn: psycopg.Connection,

@@ -177,11 +177,20 @@ def test_hot_table_stays_bounded_and_history_rotates_away(db: str, tmp_path: Pat
         assert "queue.history_default" not in holders, holders
         conn.execute("SET statement_timeout = '60s'")
         conn.execute("SELECT queue.configure_history(retention => '1 day')")
+        # Autovacuum may still be working through the million rows just written: rotation skips a
+        # partition it holds ('skipped: busy'), by design, and a deployment's next maintain() call
+        # tries again. So does the test, for up to a minute.
         t0 = time.monotonic()
-        actions = conn.execute(
-            "SELECT action, partition, detail FROM queue.rotate_partitions(now => now() + interval '10 days')").fetchall()
+        dropped: set[str] = set()
+        for _ in range(60):
+            actions = conn.execute(
+                "SELECT action, partition, detail FROM queue.rotate_partitions(now => now() + interval '10 days')"
+            ).fetchall()
+            dropped |= {p for a, p, _ in actions if a == "dropped"}
+            if not [a for a, _, _ in actions if a.startswith("skipped")]:
+                break
+            time.sleep(1)
         took = time.monotonic() - t0
-        dropped = {p for a, p, _ in actions if a == "dropped"}
         print(f"rotation in {took:.2f} s: {len(dropped)} partitions dropped, the run's rows in {holders}")
         assert set(holders) <= dropped, f"partitions holding the run not dropped: {actions}"
         assert not [a for a, _, _ in actions if a.startswith("skipped") or a == "truncated"], actions

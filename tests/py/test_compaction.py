@@ -9,6 +9,7 @@ while it holds the space.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import random
 import time
@@ -55,6 +56,16 @@ def _vacuum_stats_flushed(conn: psycopg.Connection) -> None:
     """This session's pending statistics (its deletes and inserts) reach the server before the next
     statement, as a worker's do within a second."""
     conn.execute("SELECT pg_stat_force_next_flush()")
+
+
+@contextlib.contextmanager
+def _held_snapshot(db: str):
+    """A session idle in a REPEATABLE READ transaction, as in W3, until the block ends."""
+    with psycopg.connect(db, autocommit=True) as holder:
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT 1")
+        yield
+        holder.execute("COMMIT")
 
 
 @pytest.fixture
@@ -183,17 +194,11 @@ def test_maintain_compacts_after_a_held_snapshot_ends_not_while_it_holds(db: str
     size_before = _size(conn)
     assert _compact_row(conn)[1].startswith("not needed:")
 
-    holder = psycopg.connect(db, autocommit=True)
-    try:
-        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        holder.execute("SELECT 1")
+    with _held_snapshot(db):
         _bloat(conn, "compact.hold", processed=60_000, kept=0)
         _vacuum(conn)   # can remove nothing the snapshot may see
         count, detail = _compact_row(conn)
         assert (count, detail.startswith("waiting for vacuum:")) == (0, True), detail
-        holder.execute("COMMIT")
-    finally:
-        holder.close()
 
     # maintain() decides from statistics, which other backends flush late (at their exit, or a
     # second after their last transaction); a deployment calls it again, and so does the test.
@@ -217,19 +222,13 @@ def test_maintain_compacts_a_small_backlog_under_churn_once_the_snapshot_is_gone
     keep maintain() waiting for vacuum until a call happened to follow a vacuum at once."""
     conn.execute("SELECT queue.compact()")
     _bloat(conn, "compact.churn", processed=0, kept=100)
-    holder = psycopg.connect(db, autocommit=True)
-    try:
-        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        holder.execute("SELECT 1")
+    with _held_snapshot(db):
         _bloat(conn, "compact.churn", processed=60_000, kept=0)
         _vacuum(conn, analyze=True)   # removes nothing the snapshot may see
         _bloat(conn, "compact.churn", processed=3_000, kept=0)
         _vacuum_stats_flushed(conn)
         count, detail = _compact_row(conn)
         assert (count, detail.startswith("waiting for vacuum:")) == (0, True), detail
-        holder.execute("COMMIT")
-    finally:
-        holder.close()
 
     # Now vacuum removes them all, once no other snapshot (an autoanalyze elsewhere) is older.
     for _ in range(20):

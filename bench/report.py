@@ -206,6 +206,7 @@ def w3_tables(p: dict, detail: bool = True) -> list[str]:
             else:
                 cells.append("")
         lines.append(f"| {s['t']:.0f} | {s['phase']} | " + " | ".join(cells) + " |")
+    lines += cpu_table(tls, present)
     lines += ["", "The claim query (EXPLAIN ANALYZE, BUFFERS of one take; the statement inside take_next):", ""]
     lines += ["| moment | " + " | ".join(present) + " |", "|---|" + "--:|" * len(present)]
     moments = [pl["moment"] for pl in tls[present[0]]["plans"]]
@@ -221,6 +222,24 @@ def w3_tables(p: dict, detail: bool = True) -> list[str]:
         if pl:
             lines += ["", f"<details><summary>{d}: the claim's plan at the end of the hold</summary>", "",
                       "```", pl["text"].strip(), "```", "", "</details>"]
+    return lines
+
+
+def cpu_table(tls: dict, present: list[str]) -> list[str]:
+    """Where the CPU of each W3 sample went (bench/timeline.py, CpuWatch), for each design."""
+    lines = []
+    for d in present:
+        samples = [x for x in tls[d]["samples"][1:] if x.get("cpu")]
+        if not samples:
+            continue
+        kinds = [k for k in samples[0]["cpu"] if any(x["cpu"].get(k) for x in samples)]
+        lines += ["", f"Where the CPU went, {d}: CPU-seconds of each interval (2 cores give 20 in 10 s). "
+                  "Backends: the workers, the producer and the harness's sessions; outside PostgreSQL: "
+                  "pgbench, the harness and the kernel's own work; idle includes waiting for the disk.", ""]
+        lines += ["| t (s) | phase | jobs/s | " + " | ".join(kinds) + " |", "|--:|---|--:|" + "--:|" * len(kinds)]
+        for x in samples:
+            lines.append(f"| {x['t']:.0f} | {x['phase']} | {x['rate']:,.0f} | "
+                         + " | ".join(f"{x['cpu'].get(k, 0):.1f}" for k in kinds) + " |")
     return lines
 
 
@@ -259,6 +278,62 @@ def w4_tables(p: dict) -> list[str]:
         lag = "–" if b.get("lag_ms") is None else f"{b['lag_ms']:.1f}"
         lines.append(f"| {b['until_s']} | {b['rate']:,.0f} | {lat} | {lag} | {_mb(b['total_bytes'])} | {b['dead_tuples']:,} | {b['partitions']} |")
     lines += ["", f"History partitions seen: {', '.join(s['partitions_seen']) or 'none'}."]
+    return lines
+
+
+# (workload, design, label, commits per job) for the account of what a durable commit adds
+COMMITS = [("ceiling-insert", "ceiling", "ceiling: single-row INSERT (mean of its two measurements)", 1),
+           ("W1", "skiplock", "W1 enqueue", 1),
+           ("W1", "seed", "W1 seed: the article's insert", 1),
+           ("W2", "skiplock", "W2 take_next + finish", 2),
+           ("W2", "skiplock-combined", "W2 finish_and_take", 1),
+           ("W2", "seed", "W2 seed: the article's take + finish", 2),
+           ("W2b", "skiplock", "W2b take 100 + finish_batch 100", 0.02)]
+
+
+def commit_cost(results: dict, clients: int = 16) -> list[str]:
+    """Time per job with and without synchronous_commit, from the two passes of this run: what a
+    durable commit adds, and so how much time per job the W1 and W2 targets leave the queue."""
+    if len(results["passes"]) < 2:
+        return []
+    durable, fast = results["passes"][0], results["passes"][1]
+    rows, cost = [], {}
+    for workload, design, label, commits in COMMITS:
+        a = point(durable, workload, design, clients)
+        b = point(fast, workload, design, clients)
+        if not (a and b and a["jobs_per_s"] and b["jobs_per_s"]):
+            continue
+        if design == "ceiling":   # both measurements of the ceiling, as the ratios use
+            us_durable, us_fast = 1e6 / insert_ceiling(durable, clients), 1e6 / insert_ceiling(fast, clients)
+        else:
+            us_durable, us_fast = 1e6 / a["jobs_per_s"], 1e6 / b["jobs_per_s"]
+        cost[(workload, design)] = (us_fast, us_durable)
+        rows.append(f"| {label} | {commits:g} | {us_fast:,.1f} | {us_durable:,.1f} | "
+                    f"{(us_durable - us_fast) / commits:,.1f} |")
+    if not rows:
+        return []
+    lines = ["", f"## What a durable commit adds ({clients} clients)", "",
+             "Microseconds of the whole machine per job (1,000,000 / jobs/s, all clients together) in the "
+             "pass with `synchronous_commit = off`, where a commit costs almost nothing, and in the pass with "
+             "default durability; the difference divided by the commits per job is what waiting for the "
+             "WAL flush adds to each commit. The two passes ran on separate clusters a few minutes apart, "
+             "so this is an account, not a measurement of one thing.", "",
+             "| workload | commits per job | µs per job, synchronous_commit = off | µs per job, default durability | "
+             "added per commit (µs) |", "|---|--:|--:|--:|--:|"] + rows
+    ceiling = insert_ceiling(durable, clients)
+    flush = cost.get(("ceiling-insert", "ceiling"))
+    if ceiling and flush:
+        budget = flush[1] - flush[0]
+        for target, share, key, name in ((0.85, "W1", ("W1", "skiplock"), "an enqueue"),
+                                         (0.40, "W2", ("W2", "skiplock-combined"), "a finish_and_take")):
+            if key not in cost:
+                continue
+            allowed = 1e6 / (target * ceiling)
+            lines += ["", f"{share} ≥ {target:.2f}× the ceiling allows {allowed:,.1f} µs per job at default "
+                      f"durability. If its one commit adds what the ceiling's does ({budget:,.1f} µs), that "
+                      f"leaves {allowed - budget:,.1f} µs for the work of {name}, which took "
+                      f"{cost[key][0]:,.1f} µs per job with `synchronous_commit = off` "
+                      f"({cost[key][0] / (allowed - budget):.1f}× that)."]
     return lines
 
 
@@ -308,7 +383,9 @@ def markdown(results: dict, chart: str | None) -> str:
             "(finished tasks, dead tuples), `pg_table_size` and `pg_indexes_size`. Those counts lag by about "
             "a second of work, so each stretch's clock starts "
             f"{timeline.WARMUP_S:g} s after its workers, once the lag is steady; pgbench's own per-minute "
-            "latency lines run that much ahead of it.", ""]
+            "latency lines run that much ahead of it. A thread polls the cluster's processes every "
+            f"{timeline.CpuWatch.EVERY:g} s (`/proc`, `pg_stat_activity`) and adds up, for each sample, the CPU "
+            "of the backends, of autovacuum by table and of everything else, and the idle time.", ""]
     out += ["## Targets (default durability, 16 clients unless said)", "",
             "| target | measured | met |", "|---|---|:-:|"]
     for name, measured, met in targets(results):
@@ -325,6 +402,7 @@ def markdown(results: dict, chart: str | None) -> str:
             out += ["", "## W3: MVCC pressure (an idle REPEATABLE READ transaction)", ""] + w3_tables(p)
         if p["timelines"].get("W4 skiplock"):
             out += ["", "## W4: soak", ""] + w4_tables(p)
+    out += commit_cost(results)
     if chart:
         out += ["", "## W3 and W4 over time", "", f"![W3 and W4 over time]({chart})"]
     out += ["", f"Raw results: `{results['json']}` (bench/out/ is not committed).", ""]

@@ -16,6 +16,7 @@ it rolls back.
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 import sys
@@ -69,6 +70,7 @@ class Sample:
     live_tuples: int
     autovacuums: int
     partitions: list[str] | None = None   # history partitions (skiplock)
+    cpu: dict[str, float] | None = None   # CPU-seconds of the interval by kind (CPU_KINDS)
 
 
 @dataclass
@@ -128,6 +130,112 @@ class Producer(threading.Thread):
                     self.calls += 1
         except psycopg.Error as e:
             self.error = str(e)
+
+
+ACTIVITY_SQL = """
+SELECT a.pid, a.backend_type, a.query FROM pg_stat_activity a
+"""
+TICK = os.sysconf("SC_CLK_TCK")
+# Where the CPU of an interval went, in CPU-seconds (2 cores give 20 in a 10 s interval).
+CPU_KINDS = ("backends", "autovacuum hot table", "autovacuum history", "autovacuum other",
+             "other postgres", "outside postgres", "idle")
+
+
+def _process_cpu(pid: int) -> tuple[int, int, int] | None:
+    """(own CPU ticks, reaped children's CPU ticks, parent pid) from /proc, None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # after the name: state ppid ... utime(12) stime(13) cutime(14) cstime(15)
+    return int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14]), int(fields[1])
+
+
+def _machine_cpu() -> tuple[int, int]:
+    """(busy, idle) ticks of the whole machine, from /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + values[4]   # idle, iowait
+    return sum(values[:8]) - idle, idle
+
+
+class CpuWatch(threading.Thread):
+    """Polls the cluster's processes (/proc and pg_stat_activity) and adds up, between two samples,
+    the CPU of the client backends, of autovacuum (by table: the hot table, history, the rest),
+    of the other server processes, of everything outside PostgreSQL (pgbench, this harness) and
+    the idle time. On 2 cores the workers only get what vacuum and the rest leave them, which
+    the throughput samples alone cannot show. A process that exits between two polls is counted
+    from its parent's total of reaped children, under the kind it last had."""
+
+    EVERY = 0.25
+
+    def __init__(self, url: str, hot_table: str) -> None:
+        super().__init__(daemon=True, name="cpu-watch")
+        self.url, self.hot_table = url, hot_table
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.ticks = dict.fromkeys(CPU_KINDS, 0)
+        self.error: str | None = None
+
+    def _kind(self, backend_type: str, query: str) -> str:
+        if backend_type == "client backend":
+            return "backends"
+        if backend_type == "autovacuum worker":
+            if query.endswith(" " + self.hot_table) or f" {self.hot_table} " in query:
+                return "autovacuum hot table"
+            if " queue.history" in query:
+                return "autovacuum history"
+            return "autovacuum other"
+        return "other postgres"
+
+    def run(self) -> None:
+        try:
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                # autovacuum's query names the table with its schema: 'autovacuum: VACUUM public.task'
+                self.hot_table = conn.execute(
+                    "SELECT format('%%I.%%I', n.nspname, c.relname) FROM pg_class c"
+                    " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = %s::regclass",
+                    (self.hot_table,)).fetchone()[0]
+                me = _process_cpu(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+                postmaster = me[2] if me else 0
+                seen: dict[int, tuple[str, int]] = {}   # pid: (kind, ticks when last polled)
+                reaped = (_process_cpu(postmaster) or (0, 0, 0))[1]
+                machine = _machine_cpu()
+                while not self.stop.wait(self.EVERY):
+                    rows = conn.execute(ACTIVITY_SQL).fetchall()
+                    add = dict.fromkeys(CPU_KINDS, 0)
+                    now: dict[int, tuple[str, int]] = {}
+                    for pid, backend_type, query in rows:
+                        cpu = _process_cpu(pid)
+                        if cpu is None:
+                            continue
+                        kind = self._kind(backend_type or "", query or "")
+                        add[kind] += cpu[0] - (seen[pid][1] if pid in seen else 0)
+                        now[pid] = (kind, cpu[0])
+                    # Children gone since the last poll: their totals moved into the postmaster's.
+                    reaped_now = (_process_cpu(postmaster) or (0, reaped, 0))[1]
+                    gone = [seen[p] for p in seen if p not in now]
+                    rest = reaped_now - reaped - sum(ticks for _, ticks in gone)
+                    if rest > 0:
+                        add[gone[0][0] if gone else "other postgres"] += rest
+                    reaped, seen = reaped_now, now
+                    busy, idle = _machine_cpu()
+                    add["idle"] = idle - machine[1]
+                    add["outside postgres"] = max(0, busy - machine[0] - sum(
+                        v for k, v in add.items() if k not in ("idle", "outside postgres")))
+                    machine = (busy, idle)
+                    with self.lock:
+                        for k, v in add.items():
+                            self.ticks[k] += v
+        except psycopg.Error as e:
+            self.error = str(e)
+
+    def take(self) -> dict[str, float]:
+        """CPU-seconds of each kind since the last take."""
+        with self.lock:
+            ticks, self.ticks = self.ticks, dict.fromkeys(CPU_KINDS, 0)
+        return {k: round(v / TICK, 2) for k, v in ticks.items()}
 
 
 # maintain() rows that say nothing was due (every call says one of these)
@@ -229,11 +337,13 @@ def run(cluster: devdb.Cluster, design: Design, workload: str, seconds: float, s
         maintenance = Maintenance(url, function, maintain_every, policy)
 
     producer = Producer(url, design, stage, design.count(conn, design.processed_sql))
+    cpu = CpuWatch(url, design.hot_table)
     hold_conn: psycopg.Connection | None = None
     # pgbench runs 2 s past the last sample, so that every sampled interval is full of work.
     proc = pgbench.start(cluster, design.dbname, design.process_script, workers, WARMUP_S + seconds + 2,
                          {"stage": stage}, rate=rate, progress=progress_every)
     producer.start()
+    cpu.start()
     if maintenance:
         maintenance.start()
     try:
@@ -241,6 +351,7 @@ def run(cluster: devdb.Cluster, design: Design, workload: str, seconds: float, s
         time.sleep(WARMUP_S)
         base = design.count(conn, design.processed_sql)
         t0 = time.monotonic()
+        cpu.take()
         if maintenance:
             maintenance.started = t0   # its actions on the samples' clock (negative: in the warm-up)
         tl.plans.append(capture_plan(conn, design, stage, "start"))
@@ -251,10 +362,12 @@ def run(cluster: devdb.Cluster, design: Design, workload: str, seconds: float, s
             time.sleep(max(0.0, t0 + t - time.monotonic()))
             phase = _phase(t, hold, label)
             s = _sample(conn, design, time.monotonic() - t0, phase, base, producer, tl.samples[-1])
+            s.cpu = cpu.take()
             tl.samples.append(s)
             log(f"  {workload} {design.name:8} {t:5.0f} s {s.rate:9,.0f} jobs/s  hot table "
                 f"{s.table_bytes / 2**20:7.1f} MB + indexes {s.index_bytes / 2**20:6.1f} MB, "
-                f"{s.dead_tuples:,} dead  [{phase}]")
+                f"{s.dead_tuples:,} dead; CPU s: backends {s.cpu['backends']:.1f}, autovacuum "
+                f"{s.cpu['autovacuum hot table']:.1f}/{s.cpu['autovacuum history']:.1f}, idle {s.cpu['idle']:.1f}  [{phase}]")
             if hold and abs(t - hold[0]) < 1e-6:
                 tl.plans.append(capture_plan(conn, design, stage, "before hold"))
                 hold_conn = psycopg.connect(url, autocommit=True)
@@ -272,6 +385,7 @@ def run(cluster: devdb.Cluster, design: Design, workload: str, seconds: float, s
         summary = pgbench.finish(proc, design.process_script, workers)
     finally:
         producer.stop.set()
+        cpu.stop.set()
         if maintenance:
             maintenance.stop.set()
         if hold_conn is not None:
@@ -279,6 +393,7 @@ def run(cluster: devdb.Cluster, design: Design, workload: str, seconds: float, s
         if sys.exc_info()[0] is not None:  # interrupted or failed: do not wait for pgbench's end
             pgbench.stop(proc)
         producer.join()
+        cpu.join()
         if maintenance:
             maintenance.join()
         conn.close()
@@ -288,6 +403,8 @@ def run(cluster: devdb.Cluster, design: Design, workload: str, seconds: float, s
     tl.maintenance = maintenance.summary() if maintenance else None
     if producer.error:
         raise RuntimeError(f"{workload} producer failed: {producer.error}")
+    if cpu.error:
+        raise RuntimeError(f"{workload} CPU watch failed: {cpu.error}")
     return tl
 
 

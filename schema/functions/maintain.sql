@@ -7,6 +7,8 @@
 --   rotate_partitions  runs queue.rotate_partitions(now) when history_policy.last_rotated is older
 --                      than rotate_every (or NULL, or in the future); one session rotates, the
 --                      others see it is due, fail pg_try_advisory_xact_lock and go on at once.
+--                      A call whose rotation created, dropped or detached a partition leaves a
+--                      due compaction to the next call (both locks last until the transaction ends).
 --   compact            runs queue.compact() when queue._compaction_due() says the hot table is
 --                      mostly free space (after a long transaction held vacuum back); one session
 --                      at a time; its ACCESS EXCLUSIVE lock on queue.live_tasks lasts until this
@@ -39,6 +41,7 @@ DECLARE
     v_after   bigint;
     v_unvacuumed boolean;
     v_lock_timeout text;
+    v_rotated boolean := false;
 BEGIN
     IF maintain.now IS NULL THEN
         RAISE EXCEPTION 'now must not be NULL'
@@ -74,8 +77,9 @@ BEGIN
             detail := pg_catalog.format('not due: another session rotated at %s', v_policy.last_rotated);
         ELSE
             SELECT pg_catalog.count(*)::integer,
-                   pg_catalog.string_agg(r.action || coalesce(' ' || r.partition, ''), '; ' ORDER BY r.n)
-              INTO count, v_done
+                   pg_catalog.string_agg(r.action || coalesce(' ' || r.partition, ''), '; ' ORDER BY r.n),
+                   coalesce(pg_catalog.bool_or(r.action IN ('created', 'dropped', 'detached')), false)
+              INTO count, v_done, v_rotated
               FROM queue.rotate_partitions(maintain.now) WITH ORDINALITY AS r(action, partition, detail, n);
             detail := coalesce(v_done, 'nothing to do');
         END IF;
@@ -86,7 +90,11 @@ BEGIN
     task := 'compact';
     count := 0;
     SELECT d.due, d.detail INTO v_due, detail FROM queue._compaction_due() d;
-    IF v_due THEN
+    IF v_due AND v_rotated THEN
+        -- The rotation's lock on queue.history lasts until this transaction ends: finishes would
+        -- wait behind it through compaction's own wait for vacuum's lock.
+        detail := 'due, but this call rotated history partitions; compacting at the next call';
+    ELSIF v_due THEN
         IF pg_catalog.pg_try_advisory_xact_lock(v_compact_key) THEN
             -- Autovacuum visits a bloated hot table for seconds at a time, back to back, and can
             -- hold it for minutes retrying to truncate it: compact() would time out behind it.

@@ -316,3 +316,19 @@ def test_maintain_cancels_an_autovacuum_in_its_way_and_compacts(conn: psycopg.Co
         conn.execute("ALTER TABLE queue.live_tasks SET (autovacuum_enabled = off)")
         conn.execute("SELECT pg_cancel_backend(a.pid) FROM pg_stat_activity a"
                      " WHERE a.backend_type = 'autovacuum worker' AND a.query LIKE '%live_tasks%'")
+
+
+def test_maintain_leaves_compaction_to_its_next_call_when_this_call_rotated(conn: psycopg.Connection,
+                                                                            no_autovacuum: None):
+    _make_compaction_due(conn, "compact.rotated")
+    # Rotation is due ten days ahead: it creates that period's partitions and holds its locks on
+    # queue.history to the end of the call, so compaction, which may wait seconds for vacuum's
+    # lock, waits for the next call.
+    later = conn.execute("SELECT now() + interval '10 days'").fetchone()[0]
+    rows = {task: (count, detail) for task, count, detail in
+            conn.execute("SELECT * FROM queue.maintain(%s)", (later,))}
+    assert "created queue.history_" in rows["rotate_partitions"][1], rows
+    assert rows["compact"] == (0, "due, but this call rotated history partitions; compacting at the next call"), rows
+    live = _live(conn)
+    count, detail = _compact_row(conn)
+    assert (count, detail.startswith(f"rewrote {live} live tasks:")) == (live, True), detail

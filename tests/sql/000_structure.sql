@@ -65,12 +65,13 @@ SELECT is_empty(
          -- take_next also keeps one generic plan per statement (docs/performance.md).
          AND NOT (p.oid = 'queue.take_next(text,integer,interval,text)'::regprocedure
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",plan_cache_mode=force_generic_plan}')
-         -- compact waits a bounded time for its lock: a queue of takes forms behind the wait.
-         AND NOT (p.oid = 'queue.compact()'::regprocedure
+         -- compact and rotate_partitions wait a bounded time for their locks: a queue of takes or
+         -- finishes forms behind the wait.
+         AND NOT (p.oid IN ('queue.compact()'::regprocedure, 'queue.rotate_partitions(timestamptz)'::regprocedure)
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",lock_timeout=100ms}')
          -- A procedure with a SET clause cannot COMMIT; run_sql_tasks qualifies every name.
          AND p.oid <> 'queue.run_sql_tasks(text,integer,text,integer)'::regprocedure$$,
-    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next adds plan_cache_mode=force_generic_plan, compact lock_timeout=100ms) (listed: those that do not)'
+    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next adds plan_cache_mode=force_generic_plan, compact and rotate_partitions lock_timeout=100ms) (listed: those that do not)'
 );
 
 -- Comments: what \df+ and \d+ show a DBA.

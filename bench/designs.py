@@ -124,6 +124,32 @@ def settle(conn: psycopg.Connection, design: Design) -> None:
     conn.execute("CHECKPOINT")
 
 
+def plant_old_history(conn: psycopg.Connection, days_ago: int = 40, days: int = 3,
+                      per_day: int = 100_000) -> str | None:
+    """For W4: history partitions older than the retention, with rows in them, so that the soak's
+    rotations have partitions to drop while the workers finish tasks into history. A real soak of
+    10 minutes cannot age a partition past a retention of at least an hour. rotate_partitions()
+    makes the partitions as of `days_ago` (and records that as its last rotation, so the next
+    maintain() call rotates). None without queue.rotate_partitions(now)."""
+    exists = conn.execute("SELECT to_regprocedure('queue.rotate_partitions(timestamptz)') IS NOT NULL").fetchone()[0]
+    if not exists:
+        return None
+    retention = conn.execute("SELECT retention::text FROM queue.history_policy").fetchone()[0]
+    made = conn.execute("SELECT count(*) FROM queue.rotate_partitions(now() - %s * interval '1 day')"
+                        " WHERE action = 'created'", (days_ago,)).fetchone()[0]
+    conn.execute("""
+        INSERT INTO queue.history (id, stage, status, priority, run_at, payload, attempt, created, started, finished)
+        SELECT -g, 'w4-old', 'done', 0, t, jsonb_build_object('n', g), 1, t, t, t
+          FROM generate_series(1, %(rows)s) g,
+               LATERAL (SELECT date_trunc('day', now() - %(days_ago)s * interval '1 day')
+                               + (g %% %(days)s) * interval '1 day' + (g %% 86400) * interval '1 second') AS x(t)""",
+                 {"rows": days * per_day, "days_ago": days_ago, "days": days})
+    conn.execute("VACUUM (ANALYZE) queue.history")
+    conn.execute("CHECKPOINT")
+    return (f"{days * per_day:,} finished tasks in {days} daily partitions {days_ago} to {days_ago - days + 1} "
+            f"days old, beyond the retention of {retention}, among {made} partitions made as of {days_ago} days ago")
+
+
 def maintenance_function(conn: psycopg.Connection) -> str:
     """queue.maintain() when it exists and can be called without arguments; else queue.reap_hung()."""
     exists = conn.execute("""

@@ -258,6 +258,10 @@ def w4_tables(p: dict) -> list[str]:
     elif m.get("policy"):
         lines += [f"History policy for the soak (rotate_every shortened to a minute so that rotation runs "
                   f"under load): {m['policy']}.", ""]
+    planted = p.get("notes", {}).get("W4 old history")
+    if planted:
+        lines += [f"Just before the soak the harness added {planted}, so that the soak's rotations drop "
+                  "partitions holding rows while the workers finish tasks into history.", ""]
     # fire_schedules reports every call; only the calls that did something say anything here
     actions = [a for a in m.get("actions") or [] if "no schedule due" not in a]
     if actions:

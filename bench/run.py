@@ -205,6 +205,11 @@ def run_pass(name: str, settings: dict[str, str], cfg: Config, only: set[str], t
                               label="capacity", **common)
         rate = timeline.W4_LOAD * timeline.capacity(before)
         log(f"W4 skiplock: capacity {timeline.capacity(before):,.0f} jobs/s; soaking at {rate:,.0f} jobs/s")
+        with psycopg.connect(cluster.url(SKIPLOCK.dbname), autocommit=True) as conn:
+            planted = designs.plant_old_history(conn)
+        if planted:
+            log(f"W4 skiplock: for the soak's rotations to drop: {planted}")
+            result.setdefault("notes", {})["W4 old history"] = planted
         soak = timeline.run(cluster, SKIPLOCK, "W4", cfg.w4_seconds, cfg.w4_sample, cfg.backlog, rate=rate,
                             fresh=False, progress_every=cfg.w4_bucket, **common)
         after = timeline.run(cluster, SKIPLOCK, "W4", cfg.w4_capacity_seconds, cfg.w4_sample, cfg.backlog,

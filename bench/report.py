@@ -236,10 +236,17 @@ def cpu_table(tls: dict, present: list[str]) -> list[str]:
         lines += ["", f"Where the CPU went, {d}: CPU-seconds of each interval (2 cores give 20 in 10 s). "
                   "Backends: the workers, the producer and the harness's sessions; outside PostgreSQL: "
                   "pgbench, the harness and the kernel's own work; idle includes waiting for the disk.", ""]
-        lines += ["| t (s) | phase | jobs/s | " + " | ".join(kinds) + " |", "|--:|---|--:|" + "--:|" * len(kinds)]
+        waits = any(x.get("waits") for x in samples)
+        if waits:
+            lines[-2] += (f" Waits: how often a poll (every {timeline.CpuWatch.EVERY:g} s) found an active backend "
+                          "waiting, by `wait_event_type:wait_event`, the three most seen.")
+        lines += ["| t (s) | phase | jobs/s | " + " | ".join(kinds) + (" | waits |" if waits else " |"),
+                  "|--:|---|--:|" + "--:|" * len(kinds) + ("---|" if waits else "")]
         for x in samples:
+            top = ", ".join(f"{k} {n}" for k, n in list((x.get("waits") or {}).items())[:3])
             lines.append(f"| {x['t']:.0f} | {x['phase']} | {x['rate']:,.0f} | "
-                         + " | ".join(f"{x['cpu'].get(k, 0):.1f}" for k in kinds) + " |")
+                         + " | ".join(f"{x['cpu'].get(k, 0):.1f}" for k in kinds) + " |"
+                         + (f" {top} |" if waits else ""))
     return lines
 
 
@@ -389,7 +396,8 @@ def markdown(results: dict, chart: str | None) -> str:
             f"{timeline.WARMUP_S:g} s after its workers, once the lag is steady; pgbench's own per-minute "
             "latency lines run that much ahead of it. A thread polls the cluster's processes every "
             f"{timeline.CpuWatch.EVERY:g} s (`/proc`, `pg_stat_activity`) and adds up, for each sample, the CPU "
-            "of the backends, of autovacuum by table and of everything else, and the idle time.", ""]
+            "of the backends, of autovacuum by table and of everything else, the idle time, and what the "
+            "active backends wait on.", ""]
     out += ["## Targets (default durability, 16 clients unless said)", "",
             "| target | measured | met |", "|---|---|:-:|"]
     for name, measured, met in targets(results):

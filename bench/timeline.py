@@ -22,6 +22,7 @@ import statistics
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 import psycopg
@@ -71,6 +72,7 @@ class Sample:
     autovacuums: int
     partitions: list[str] | None = None   # history partitions (skiplock)
     cpu: dict[str, float] | None = None   # CPU-seconds of the interval by kind (CPU_KINDS)
+    waits: dict[str, int] | None = None   # active backends seen waiting, by wait event, over the polls
 
 
 @dataclass
@@ -133,7 +135,8 @@ class Producer(threading.Thread):
 
 
 ACTIVITY_SQL = """
-SELECT a.pid, a.backend_type, a.query FROM pg_stat_activity a
+SELECT a.pid, a.backend_type, a.query, a.state, a.wait_event_type || ':' || a.wait_event
+  FROM pg_stat_activity a
 """
 TICK = os.sysconf("SC_CLK_TCK")
 # Where the CPU of an interval went, in CPU-seconds (2 cores give 20 in a 10 s interval).
@@ -176,6 +179,7 @@ class CpuWatch(threading.Thread):
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.ticks = dict.fromkeys(CPU_KINDS, 0)
+        self.waits: Counter[str] = Counter()
         self.error: str | None = None
 
     def _kind(self, backend_type: str, query: str) -> str:
@@ -206,7 +210,11 @@ class CpuWatch(threading.Thread):
                     rows = conn.execute(ACTIVITY_SQL).fetchall()
                     add = dict.fromkeys(CPU_KINDS, 0)
                     now: dict[int, tuple[str, int]] = {}
-                    for pid, backend_type, query in rows:
+                    waits: Counter[str] = Counter()
+                    for pid, backend_type, query, state, wait in rows:
+                        # Where the active workers wait: locks, buffer contention, the WAL flush.
+                        if backend_type == "client backend" and state == "active" and wait:
+                            waits[wait] += 1
                         cpu = _process_cpu(pid)
                         if cpu is None:
                             continue
@@ -228,14 +236,16 @@ class CpuWatch(threading.Thread):
                     with self.lock:
                         for k, v in add.items():
                             self.ticks[k] += v
+                        self.waits.update(waits)
         except psycopg.Error as e:
             self.error = str(e)
 
-    def take(self) -> dict[str, float]:
-        """CPU-seconds of each kind since the last take."""
+    def take(self) -> tuple[dict[str, float], dict[str, int]]:
+        """CPU-seconds of each kind, and the waits seen, since the last take."""
         with self.lock:
             ticks, self.ticks = self.ticks, dict.fromkeys(CPU_KINDS, 0)
-        return {k: round(v / TICK, 2) for k, v in ticks.items()}
+            waits, self.waits = self.waits, Counter()
+        return {k: round(v / TICK, 2) for k, v in ticks.items()}, dict(waits.most_common())
 
 
 # maintain() rows that say nothing was due (every call says one of these)
@@ -362,7 +372,7 @@ def run(cluster: devdb.Cluster, design: Design, workload: str, seconds: float, s
             time.sleep(max(0.0, t0 + t - time.monotonic()))
             phase = _phase(t, hold, label)
             s = _sample(conn, design, time.monotonic() - t0, phase, base, producer, tl.samples[-1])
-            s.cpu = cpu.take()
+            s.cpu, s.waits = cpu.take()
             tl.samples.append(s)
             log(f"  {workload} {design.name:8} {t:5.0f} s {s.rate:9,.0f} jobs/s  hot table "
                 f"{s.table_bytes / 2**20:7.1f} MB + indexes {s.index_bytes / 2**20:6.1f} MB, "

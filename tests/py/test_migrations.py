@@ -27,7 +27,7 @@ CATALOG_QUERIES = {
     "relations": """
         SELECT c.relname, c.relkind, c.relpersistence, c.relispartition, pg_get_userbyid(c.relowner),
                c.relacl::text, obj_description(c.oid, 'pg_class'),
-               pg_get_expr(c.relpartbound, c.oid), pg_get_partkeydef(c.oid)
+               pg_get_expr(c.relpartbound, c.oid), pg_get_partkeydef(c.oid), c.reloptions::text
           FROM pg_class c
          WHERE c.relnamespace = 'queue'::regnamespace AND c.relname NOT LIKE 'skiplock_version%'""",
     "columns": """

@@ -240,13 +240,26 @@ def cpu_table(tls: dict, present: list[str]) -> list[str]:
         if waits:
             lines[-2] += (f" Waits: how often a poll (every {timeline.CpuWatch.EVERY:g} s) found an active backend "
                           "waiting, by `wait_event_type:wait_event`, the three most seen.")
-        lines += ["| t (s) | phase | jobs/s | " + " | ".join(kinds) + (" | waits |" if waits else " |"),
-                  "|--:|---|--:|" + "--:|" * len(kinds) + ("---|" if waits else "")]
+        wal = all(x.get("wal") for x in tls[d]["samples"])
+        if wal:
+            lines[-2] += (" WAL: bytes written per job finished in the interval (cluster-wide), full-page "
+                          "images per 1,000 jobs, and checkpoints begun.")
+        lines += ["| t (s) | phase | jobs/s | " + " | ".join(kinds)
+                  + (" | WAL B/job | FPI/1k jobs | ckpt" if wal else "") + (" | waits |" if waits else " |"),
+                  "|--:|---|--:|" + "--:|" * len(kinds) + ("--:|--:|--:|" if wal else "") + ("---|" if waits else "")]
+        previous = tls[d]["samples"][0]
         for x in samples:
             top = ", ".join(f"{k} {n}" for k, n in list((x.get("waits") or {}).items())[:3])
+            jobs = max(1, x["processed"] - previous["processed"])
+            cells = ""
+            if wal:
+                w, v = x["wal"], previous["wal"]
+                cells = (f" {(w['bytes'] - v['bytes']) / jobs:,.0f} | {1000 * (w['fpi'] - v['fpi']) / jobs:,.0f} |"
+                         f" {w['checkpoints'] - v['checkpoints']} |")
             lines.append(f"| {x['t']:.0f} | {x['phase']} | {x['rate']:,.0f} | "
                          + " | ".join(f"{x['cpu'].get(k, 0):.1f}" for k in kinds) + " |"
-                         + (f" {top} |" if waits else ""))
+                         + cells + (f" {top} |" if waits else ""))
+            previous = x
     return lines
 
 

@@ -51,6 +51,13 @@ SELECT pg_table_size(s.relid), pg_indexes_size(s.relid), s.n_dead_tup, s.n_live_
   FROM pg_stat_user_tables s
  WHERE s.relid = %(table)s::regclass
 """
+# Cumulative WAL written and checkpoints done, cluster-wide (one design runs at a time): the
+# WAL a task costs rises with full-page images after each checkpoint and in new pages.
+WAL_SQL = """
+SELECT w.wal_bytes::bigint, w.wal_fpi, b.checkpoints_timed + b.checkpoints_req
+  FROM pg_stat_wal w, pg_stat_bgwriter b
+"""
+
 PARTITIONS_SQL = """
 SELECT coalesce(array_agg(i.inhrelid::regclass::text ORDER BY i.inhrelid::regclass::text), '{}')
   FROM pg_inherits i
@@ -73,6 +80,7 @@ class Sample:
     partitions: list[str] | None = None   # history partitions (skiplock)
     cpu: dict[str, float] | None = None   # CPU-seconds of the interval by kind (CPU_KINDS)
     waits: dict[str, int] | None = None   # active backends seen waiting, by wait event, over the polls
+    wal: dict[str, int] | None = None     # cumulative: WAL bytes, full-page images, checkpoints
 
 
 @dataclass
@@ -431,10 +439,12 @@ def _sample(conn: psycopg.Connection, design: Design, t: float, phase: str, base
     processed = design.count(conn, design.processed_sql) - base
     table, index, dead, live, vacuums, _ = conn.execute(SIZES_SQL, {"table": design.hot_table}).fetchone()
     partitions = conn.execute(PARTITIONS_SQL).fetchone()[0] if design.has_history else None
+    wal_bytes, fpi, checkpoints = conn.execute(WAL_SQL).fetchone()
     rate = 0.0
     if previous is not None and t > previous.t:
         rate = (processed - previous.processed) / (t - previous.t)
-    return Sample(round(t, 2), phase, processed, rate, producer.enqueued, table, index, dead, live, vacuums, partitions)
+    return Sample(round(t, 2), phase, processed, rate, producer.enqueued, table, index, dead, live, vacuums, partitions,
+                  wal={"bytes": wal_bytes, "fpi": fpi, "checkpoints": checkpoints})
 
 
 # -- summaries -------------------------------------------------------------------------------------

@@ -119,7 +119,8 @@ def test_the_first_revision_pattern_is_not_flagged(tmp_path: Path):
 # -- docs/reliability.md stays true to the tests that produce it ---------------------------------
 RELIABILITY_MD = ROOT / "docs" / "reliability.md"
 RELIABILITY_MODULES = ["test_upgrade_under_load", "test_server_crash", "test_long_transaction", "test_enqueue_faults", "test_model_based",
-                       "test_hostile_input", "test_migration_lint", "test_crashes", "test_concurrency"]
+                       "test_hostile_input", "test_migration_lint", "test_crashes", "test_concurrency",
+                       "test_rotation_under_load", "test_compaction", "test_hot_table_bound"]
 
 
 def test_reliability_doc_lists_every_reliability_test():

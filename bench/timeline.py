@@ -52,7 +52,8 @@ SELECT pg_table_size(s.relid), pg_indexes_size(s.relid), s.n_dead_tup, s.n_live_
  WHERE s.relid = %(table)s::regclass
 """
 # Cumulative WAL written and checkpoints done, cluster-wide (one design runs at a time): the
-# WAL a task costs rises with full-page images after each checkpoint and in new pages.
+# WAL a task costs rises with the full-page images of pages changed for the first time since
+# the last checkpoint.
 WAL_SQL = """
 SELECT w.wal_bytes::bigint, w.wal_fpi, b.checkpoints_timed + b.checkpoints_req
   FROM pg_stat_wal w, pg_stat_bgwriter b

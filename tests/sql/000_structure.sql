@@ -21,9 +21,11 @@ SELECT set_eq(
         'queue.enqueue_batch(jsonb[],text,integer,timestamp with time zone,text)',
         'queue.enqueue_sql(text,text,timestamp with time zone,interval,integer,text,text,interval,boolean,integer,boolean)',
         'queue.fail(bigint,uuid,text,boolean,interval)',
+        'queue.fail_locked(bigint,text,boolean,interval,text)',
         'queue.finish(bigint,uuid,text)',
         'queue.finish_and_take(bigint,uuid,text,integer,interval,text)',
         'queue.finish_batch(bigint[],uuid[])',
+        'queue.finish_locked(bigint,text)',
         'queue.fire_schedules(timestamp with time zone)',
         'queue.grant_stage(text,regrole,boolean,boolean)',
         'queue.heartbeat(bigint,uuid,interval)',
@@ -37,6 +39,7 @@ SELECT set_eq(
         'queue.schedule(text,text,text,jsonb,integer,text)',
         'queue.set_priority(bigint,integer)',
         'queue.stop_sql_executor(integer)',
+        'queue.take_locked(text,integer)',
         'queue.take_next(text,integer,interval,text)',
         'queue.unschedule(text)'
     ],
@@ -62,8 +65,9 @@ SELECT is_empty(
         FROM pg_catalog.pg_proc p
        WHERE p.pronamespace = 'queue'::regnamespace
          AND p.proconfig::text IS DISTINCT FROM '{"search_path=pg_catalog, pg_temp"}'
-         -- take_next also keeps one generic plan per statement (docs/performance.md).
-         AND NOT (p.oid = 'queue.take_next(text,integer,interval,text)'::regprocedure
+         -- take_next and take_locked also keep one generic plan per statement (docs/performance.md).
+         AND NOT (p.oid IN ('queue.take_next(text,integer,interval,text)'::regprocedure,
+                            'queue.take_locked(text,integer)'::regprocedure)
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",plan_cache_mode=force_generic_plan}')
          -- compact and rotate_partitions wait a bounded time for their locks: a queue of takes or
          -- finishes forms behind the wait.
@@ -71,7 +75,7 @@ SELECT is_empty(
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",lock_timeout=100ms}')
          -- A procedure with a SET clause cannot COMMIT; run_sql_tasks qualifies every name.
          AND p.oid <> 'queue.run_sql_tasks(text,integer,text,integer)'::regprocedure$$,
-    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next adds plan_cache_mode=force_generic_plan, compact and rotate_partitions lock_timeout=100ms) (listed: those that do not)'
+    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next and take_locked add plan_cache_mode=force_generic_plan, compact and rotate_partitions lock_timeout=100ms) (listed: those that do not)'
 );
 
 -- Comments: what \df+ and \d+ show a DBA.
@@ -182,8 +186,11 @@ SELECT set_eq(
           'queue.finish_batch(bigint[],uuid[])',
           'queue.fail(bigint,uuid,text,boolean,interval)',
           'queue.release(bigint,uuid)',
-          'queue.finish_and_take(bigint,uuid,text,integer,interval,text)'],
-    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail, release and finish_and_take and nothing else'
+          'queue.finish_and_take(bigint,uuid,text,integer,interval,text)',
+          'queue.take_locked(text,integer)',
+          'queue.finish_locked(bigint,text)',
+          'queue.fail_locked(bigint,text,boolean,interval,text)'],
+    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail, release, finish_and_take, take_locked, finish_locked and fail_locked and nothing else'
 );
 
 SELECT is_empty(

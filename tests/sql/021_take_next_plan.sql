@@ -1,14 +1,14 @@
--- Plan guard: with a realistic backlog, take_next's claim query walks the partial index
--- live_tasks_claim in order (no Seq Scan, no Sort), and reap_hung's selection reads the partial
--- index live_tasks_running. A change of the indexes or of the queries that loses this shows
+-- Plan guard: with a realistic backlog, the claim queries of take_next and take_locked walk the
+-- partial index live_tasks_claim in order (no Seq Scan, no Sort), and reap_hung's selection reads
+-- the partial index live_tasks_running. A change of the indexes or of the queries that loses this shows
 -- here before it shows as a slow queue.
 --
--- The two queries below are COPIES of the ones in schema/functions/take_next.sql (CTE "picked")
--- and schema/functions/reap_hung.sql (subquery of "expired"), with the function's arguments as
+-- The queries below are COPIES of the ones in schema/functions/take_next.sql (CTE "picked"),
+-- take_locked.sql and reap_hung.sql (subquery of "expired"), with the function's arguments as
 -- literals or parameters. They must be kept in step: the first tests check that the functions
 -- still contain them (whitespace aside), so a change there fails here until the copy is updated.
 BEGIN;
-SELECT plan(14);
+SELECT plan(16);
 
 SELECT ok(
     pg_catalog.regexp_replace(p.prosrc, '\s+', ' ', 'g') LIKE
@@ -30,6 +30,13 @@ SELECT ok(
     'take_next still probes for a lower priority number with the query copied below'
 )
   FROM pg_catalog.pg_proc p WHERE p.oid = 'queue.take_next(text,integer,interval,text)'::regprocedure;
+
+SELECT ok(
+    pg_catalog.regexp_replace(p.prosrc, '\s+', ' ', 'g') LIKE
+        '%SELECT c.id, c.payload, c.attempt + 1, c.priority, c.key FROM queue.live_tasks c WHERE c.stage = take_locked.stage AND c.status IN (''ready'', ''error'') AND c.run_at <= pg_catalog.now() ORDER BY c.priority, c.run_at, c.id LIMIT take_locked.batch FOR UPDATE SKIP LOCKED%',
+    'take_locked still contains the claim query copied below'
+)
+  FROM pg_catalog.pg_proc p WHERE p.oid = 'queue.take_locked(text,integer)'::regprocedure;
 
 SELECT ok(
     pg_catalog.regexp_replace(p.prosrc, '\s+', ' ', 'g') LIKE
@@ -132,6 +139,17 @@ UPDATE queue.live_tasks t
            FOR UPDATE SKIP LOCKED))
 RETURNING t.id, t.payload, t.attempt, t.lease, t.lease_expires, t.priority, t.key, t.run_at;
 
+-- take_locked's claim: the same index walk, from the stage's first due entry.
+PREPARE claim_locked(text, integer) AS
+SELECT c.id, c.payload, c.attempt + 1, c.priority, c.key
+  FROM queue.live_tasks c
+ WHERE c.stage = $1
+   AND c.status IN ('ready', 'error')
+   AND c.run_at <= pg_catalog.now()
+ ORDER BY c.priority, c.run_at, c.id
+ LIMIT $2
+   FOR UPDATE SKIP LOCKED;
+
 PREPARE reap(timestamptz) AS
 SELECT l.id, l.stage, l.attempt, l.rerun, l.worker, l.lease_expires
   FROM queue.live_tasks l
@@ -169,6 +187,7 @@ INSERT INTO plans VALUES ('claim generic',
 INSERT INTO plans VALUES ('probe generic', pg_temp.plan_of($q$EXECUTE probe('plan.s1', now(), 1)$q$));
 INSERT INTO plans VALUES ('claim update generic',
     pg_temp.plan_of($q$EXECUTE claim_update('plan.s1', now(), 10, interval '1 minute', 'w', -2147483648, '-infinity', 0)$q$));
+INSERT INTO plans VALUES ('claim locked generic', pg_temp.plan_of($q$EXECUTE claim_locked('plan.s1', 10)$q$));
 RESET plan_cache_mode;
 
 SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_claim'), 'the claim query uses index live_tasks_claim')
@@ -189,6 +208,10 @@ SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_claim') AND pg_temp.uses_index(
           AND NOT pg_temp.has_node(p.plan, 'Seq Scan') AND NOT pg_temp.has_node(p.plan, 'Hash Join'),
           'the generic plan of the whole claim statement finds the rows by live_tasks_claim and updates them by live_tasks_pkey, without Seq Scan or Hash Join')
   FROM plans p WHERE p.name = 'claim update generic';
+SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_claim')
+          AND NOT pg_temp.has_node(p.plan, 'Seq Scan') AND NOT pg_temp.has_node(p.plan, 'Sort'),
+          'the generic plan of take_locked''s claim uses live_tasks_claim, without Seq Scan or Sort')
+  FROM plans p WHERE p.name = 'claim locked generic';
 SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_running'), 'reap_hung''s selection uses index live_tasks_running')
   FROM plans p WHERE p.name = 'reap';
 SELECT ok(NOT pg_temp.has_node(p.plan, 'Seq Scan'), 'reap_hung''s selection has no Seq Scan')

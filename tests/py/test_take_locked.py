@@ -1,0 +1,141 @@
+"""take_locked between transactions: the row lock is the claim.
+
+Workers take, work and finish in one transaction. Whatever happens to a worker (it rolls back, its
+connection is killed), a task ends exactly once, and the worker's own writes commit with its finish
+or not at all. A lock held by one transaction is not another's to end, and nobody waits on it.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import psycopg
+import pytest
+
+STAGE = "lk.drain"
+TASKS = 20_000
+WORKERS = 6
+DRAIN_DEADLINE = 180.0  # seconds; the drain takes ~5 s here; a hang fails instead of blocking
+
+
+def _worker(db: str, n: int, stop: threading.Event, done: list[int], errors: list[str]) -> None:
+    """Takes 1 to 3 tasks a transaction; fails 5 % for a retry, rolls back 3 % of transactions,
+    writes a result row for each finished task in the same transaction."""
+    rng = random.Random(n)
+    while not stop.is_set():
+        try:
+            with psycopg.connect(db, autocommit=True, application_name=f"lk-worker-{n}") as conn:
+                while not stop.is_set():
+                    finished: list[int] = []
+                    conn.execute("BEGIN")
+                    rows = conn.execute("SELECT id, attempt FROM queue.take_locked(%s, %s)",
+                                        (STAGE, rng.randint(1, 3))).fetchall()
+                    if not rows:
+                        conn.execute("ROLLBACK")
+                        time.sleep(0.01)
+                        continue
+                    for task_id, attempt in rows:
+                        if rng.random() < 0.05:
+                            assert conn.execute("SELECT queue.fail_locked(%s, 'flaky', retry_in => interval '0')",
+                                                (task_id,)).fetchone()[0] is True
+                        else:
+                            conn.execute("INSERT INTO lk_results (task_id, attempt) VALUES (%s, %s)",
+                                         (task_id, attempt))
+                            assert conn.execute("SELECT queue.finish_locked(%s)", (task_id,)).fetchone()[0] is True
+                            finished.append(task_id)
+                    if rng.random() < 0.03:
+                        conn.execute("ROLLBACK")  # as a worker that gives up: nothing of it stays
+                        continue
+                    conn.execute("COMMIT")
+                    done.extend(finished)
+        except psycopg.OperationalError:
+            time.sleep(0.05)  # killed by the test: connect again and go on
+        except Exception as e:  # noqa: BLE001 - any other error is a finding; report it
+            errors.append(f"worker {n}: {e!r}")
+            return
+
+
+def test_lock_workers_killed_and_rolling_back_end_every_task_exactly_once(db: str):
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE lk_results (task_id bigint NOT NULL, attempt integer NOT NULL)")
+        conn.execute("SELECT queue.configure_stage(%s, max_attempts => 1000)", (STAGE,))
+        ids = [r[0] for r in conn.execute(
+            "SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[%s]), %s)", (TASKS, STAGE)).fetchall()]
+
+    stop = threading.Event()
+    done: list[int] = []
+    errors: list[str] = []
+    threads = [threading.Thread(target=_worker, args=(db, n, stop, done, errors), daemon=True)
+               for n in range(WORKERS)]
+    kills = 0
+    deadline = time.monotonic() + DRAIN_DEADLINE
+    try:
+        for t in threads:
+            t.start()
+        with psycopg.connect(db, autocommit=True) as conn:
+            rng = random.Random(7)
+            while conn.execute("SELECT count(*) FROM queue.live_tasks WHERE stage = %s", (STAGE,)).fetchone()[0]:
+                assert time.monotonic() < deadline, "tasks still live at the deadline: a hang"
+                assert not errors, errors
+                # Kill a worker's connection wherever it is: mid-task, mid-finish, mid-commit.
+                kills += conn.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
+                    (f"lk-worker-{rng.randrange(WORKERS)}",)).fetchone()[0]
+                time.sleep(0.05)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    assert not errors, errors
+    assert kills >= 10, f"only {kills} kills: the test did not exercise killed workers"
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        history = dict(conn.execute(
+            "SELECT id, count(*) FROM queue.history WHERE stage = %s AND status = 'done' GROUP BY id",
+            (STAGE,)).fetchall())
+        other = conn.execute("SELECT count(*) FROM queue.history WHERE stage = %s AND status <> 'done'",
+                             (STAGE,)).fetchone()[0]
+        results = dict(conn.execute("SELECT task_id, count(*) FROM lk_results GROUP BY task_id").fetchall())
+        failed_attempts = conn.execute(
+            "SELECT coalesce(sum(attempt - 1), 0) FROM queue.history WHERE stage = %s", (STAGE,)).fetchone()[0]
+    assert set(history) == set(ids), "every task ends done"
+    assert set(history.values()) == {1}, "no task is done twice"
+    assert other == 0
+    assert results == history, "the workers' own writes committed with the finish, once a task, or not at all"
+    assert set(done) <= set(ids) and len(done) == len(set(done)), "no worker saw a task finish twice"
+    assert failed_attempts > 0, "fail_locked counted attempts"
+
+
+def test_another_transactions_lock_is_not_ended_nor_waited_on(db: str):
+    with psycopg.connect(db, autocommit=True) as a, psycopg.connect(db, autocommit=True) as b:
+        task = a.execute("SELECT queue.enqueue('{}', 'lk.two')").fetchone()[0]
+        a.execute("BEGIN")
+        assert a.execute("SELECT id FROM queue.take_locked('lk.two')").fetchone()[0] == task
+        # A wait would be a lock timeout here: none of these may wait on A's lock.
+        b.execute("SET lock_timeout = '500ms'")
+        b.execute("BEGIN")
+        assert b.execute("SELECT count(*) FROM queue.take_locked('lk.two')").fetchone()[0] == 0
+        assert b.execute("SELECT queue.finish_locked(%s)", (task,)).fetchone()[0] is False
+        assert b.execute("SELECT queue.fail_locked(%s, 'not mine', fatal => true)", (task,)).fetchone()[0] is False
+        b.execute("COMMIT")
+        assert a.execute("SELECT queue.finish_locked(%s)", (task,)).fetchone()[0] is True
+        a.execute("COMMIT")
+        assert a.execute("SELECT status::text FROM queue.history WHERE id = %s", (task,)).fetchall() == [("done",)]
+
+
+def test_a_killed_lock_worker_gives_its_task_back_at_once_without_counting_the_attempt(db: str):
+    with psycopg.connect(db, autocommit=True) as a, psycopg.connect(db, autocommit=True) as b:
+        task = a.execute("SELECT queue.enqueue('{}', 'lk.kill')").fetchone()[0]
+        pid = a.execute("SELECT pg_backend_pid()").fetchone()[0]
+        a.execute("BEGIN")
+        assert a.execute("SELECT id, attempt FROM queue.take_locked('lk.kill')").fetchone() == (task, 1)
+        assert b.execute("SELECT count(*) FROM queue.take_locked('lk.kill')").fetchone()[0] == 0
+        assert b.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,)).fetchone()[0] is True
+        with pytest.raises(psycopg.OperationalError):
+            a.execute("SELECT 1")
+        b.execute("BEGIN")
+        assert b.execute("SELECT id, attempt FROM queue.take_locked('lk.kill')").fetchone() == (task, 1)
+        assert b.execute("SELECT queue.finish_locked(%s)", (task,)).fetchone()[0] is True
+        b.execute("COMMIT")

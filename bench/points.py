@@ -103,6 +103,12 @@ def process_combined(cluster: devdb.Cluster, clients: int, seconds: float, prelo
                     clients, seconds, preload, name="skiplock-combined")
 
 
+def process_locked(cluster: devdb.Cluster, clients: int, seconds: float, preload: int) -> Point:
+    """W2 with take_locked: take by row lock and finish_locked in one transaction, one commit."""
+    return _process(cluster, designs.SKIPLOCK, "W2", "process_locked.sql", {"stage": "w2"},
+                    clients, seconds, preload, name="skiplock-locked")
+
+
 def process_batch(cluster: devdb.Cluster, clients: int, seconds: float, preload: int) -> Point:
     """W2b: take 100, finish 100 in one call (skiplock only)."""
     return _process(cluster, designs.SKIPLOCK, "W2b", "process_batch.sql",

@@ -178,6 +178,8 @@ def run_pass(name: str, settings: dict[str, str], cfg: Config, only: set[str], t
                 result["points"].append(points.process(cluster, design, c, seconds, cfg.w2_preload).as_dict())
         for c in cfg.clients:
             result["points"].append(points.process_combined(cluster, c, seconds, cfg.w2_preload).as_dict())
+        for c in cfg.clients:
+            result["points"].append(points.process_locked(cluster, c, seconds, cfg.w2_preload).as_dict())
 
     def w2b() -> None:
         for c in cfg.clients:

@@ -15,9 +15,11 @@
 -- shows as 'ready' in queue.live_tasks while it runs. Stages with max_running or group_limit
 -- count running tasks, which this take does not make: it raises 0A000 for them. A paused stage
 -- hands out nothing; a restricted one (grant_stage) raises 42501 unless the caller may take.
--- Each claim scans the stage from its first due entry: unlike take_next it keeps no claim
--- position, so while an old snapshot holds back vacuum it walks the entries of every task
--- finished since (take_next does not).
+-- Claim position: as take_next, each session starts where its last claim in the stage ended
+-- (setting skiplock.claim_hint, shared with take_next; see _claim_position), so that it does not
+-- walk the index entries of tasks finished since, which stay until vacuum removes them. Order
+-- stays exact across priorities; within one, a task that lands behind the position is taken once
+-- nothing past it is due, or within 5 s.
 -- Locks: the claimed rows, until the caller's transaction ends. Writes nothing.
 CREATE OR REPLACE FUNCTION queue.take_locked(
         stage text    DEFAULT 'default',
@@ -31,7 +33,13 @@ CREATE OR REPLACE FUNCTION queue.take_locked(
     SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    v_settings queue.stage_settings;
+    v_now           timestamptz := pg_catalog.now();
+    v_settings      queue.stage_settings;
+    v_from_priority integer;
+    v_from_run_at   timestamptz;
+    v_from_id       bigint;
+    v_rescan_at     text;
+    v_full          boolean := false;
 BEGIN
     IF take_locked.stage IS NULL OR take_locked.stage IN ('', '*') OR pg_catalog.octet_length(take_locked.stage) > 54 THEN
         PERFORM queue._check_stage(take_locked.stage);
@@ -60,17 +68,51 @@ BEGIN
         RETURN;
     END IF;
 
-    RETURN QUERY
-    SELECT c.id, c.payload, c.attempt + 1, c.priority, c.key
-      FROM queue.live_tasks c
-     WHERE c.stage = take_locked.stage
-       AND c.status IN ('ready', 'error')
-       AND c.run_at <= pg_catalog.now()
-     ORDER BY c.priority, c.run_at, c.id
-     LIMIT take_locked.batch
-       FOR UPDATE SKIP LOCKED;
+    -- Where to start: as take_next, where this session's last claim in the stage ended, so that
+    -- a claim does not walk the index entries of the tasks finished since, which stay until
+    -- vacuum removes them (and all of them while an old snapshot holds it back).
+    SELECT p.from_priority, p.from_run_at, p.from_id, p.rescan_at
+      INTO v_from_priority, v_from_run_at, v_from_id, v_rescan_at
+      FROM queue._claim_position(take_locked.stage, v_now) p;
+    <<claim>>
+    LOOP
+        IF v_from_priority IS NULL THEN
+            v_from_priority := -2147483648;
+            v_from_run_at   := timestamptz '-infinity';
+            v_from_id       := 0;
+            v_rescan_at     := ((pg_catalog.date_part('epoch', v_now) + 5) * 1000000)::bigint::text;
+            v_full          := true;
+        END IF;
+        RETURN QUERY
+        WITH claimed AS (
+            SELECT c.id, c.payload, c.attempt + 1 AS attempt, c.priority, c.key, c.run_at
+              FROM queue.live_tasks c
+             WHERE c.stage = take_locked.stage
+               AND c.status IN ('ready', 'error')
+               AND c.run_at <= v_now
+               AND (c.priority, c.run_at, c.id) >= (v_from_priority, v_from_run_at, v_from_id)
+             ORDER BY c.priority, c.run_at, c.id
+             LIMIT take_locked.batch
+               FOR UPDATE SKIP LOCKED
+        ), hint AS (
+            SELECT pg_catalog.set_config('skiplock.claim_hint',
+                       CASE WHEN pg_catalog.isfinite(l.run_at)
+                            THEN pg_catalog.concat_ws('/', l.priority,
+                                     (EXTRACT(epoch FROM l.run_at) * 1000000)::bigint,
+                                     l.id, v_rescan_at, take_locked.stage)
+                            ELSE '' END,
+                       false) AS hint
+              FROM (SELECT c.priority, c.run_at, c.id FROM claimed c
+                     ORDER BY c.priority DESC, c.run_at DESC, c.id DESC LIMIT 1) l
+        )
+        SELECT c.id, c.payload, c.attempt, c.priority, c.key
+          FROM claimed c CROSS JOIN hint h
+         ORDER BY c.priority, c.run_at, c.id;
+        EXIT claim WHEN FOUND OR v_full;
+        v_from_priority := NULL;  -- nothing due past the position: look from the beginning
+    END LOOP;
 END
 $$;
-COMMENT ON FUNCTION queue.take_locked(text, integer) IS 'Claims up to batch due tasks of a stage for the caller''s transaction, by row lock only (FOR UPDATE SKIP LOCKED; order as take_next): writes nothing, no lease. Run the task in that transaction and end it there with finish_locked or fail_locked; a rollback or a killed worker gives it back at once, its attempt not counted. Call at the top level of BEGIN … COMMIT, for short tasks (the open transaction holds back vacuum). Raises 0A000 for stages with max_running or group_limit, 42501 for a restricted stage; returns nothing while paused. Keeps no claim position (see take_next).';
+COMMENT ON FUNCTION queue.take_locked(text, integer) IS 'Claims up to batch due tasks of a stage for the caller''s transaction, by row lock only (FOR UPDATE SKIP LOCKED; order as take_next): writes nothing, no lease. Run the task in that transaction and end it there with finish_locked or fail_locked; a rollback or a killed worker gives it back at once, its attempt not counted. Call at the top level of BEGIN … COMMIT, for short tasks (the open transaction holds back vacuum). Raises 0A000 for stages with max_running or group_limit, 42501 for a restricted stage; returns nothing while paused. Starts where the session''s last claim ended, as take_next.';
 REVOKE ALL ON FUNCTION queue.take_locked(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.take_locked(text, integer) TO skiplock_worker, skiplock_admin;

@@ -139,3 +139,37 @@ def test_a_killed_lock_worker_gives_its_task_back_at_once_without_counting_the_a
         assert b.execute("SELECT id, attempt FROM queue.take_locked('lk.kill')").fetchone() == (task, 1)
         assert b.execute("SELECT queue.finish_locked(%s)", (task,)).fetchone()[0] is True
         b.execute("COMMIT")
+
+
+def test_take_locked_claims_skip_finished_tasks_while_a_snapshot_holds_back_vacuum(db: str):
+    """A held snapshot keeps every finished task's claim-index entry. Each session's claim
+    starts where its last one ended, so it reads a few index pages, not all of those entries;
+    the same claim from the stage's first entry (the control) does read them."""
+    stage, done = "lk.mvcc", 6_000
+
+    def claim_blocks(conn: psycopg.Connection) -> tuple[int, int]:
+        # The backend's not yet reported counts (reported only between transactions): their
+        # growth across the take is the pages the claim read.
+        fetched = "SELECT pg_stat_get_xact_blocks_fetched('queue.live_tasks_claim'::regclass)"
+        conn.execute("BEGIN")
+        before = conn.execute(fetched).fetchone()[0]
+        task = conn.execute("SELECT id FROM queue.take_locked(%s)", (stage,)).fetchone()[0]
+        blocks = conn.execute(fetched).fetchone()[0] - before
+        assert conn.execute("SELECT queue.finish_locked(%s)", (task,)).fetchone()[0] is True
+        conn.execute("COMMIT")
+        return task, blocks
+
+    with psycopg.connect(db, autocommit=True) as w, psycopg.connect(db) as holder:
+        w.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[%s]), %s)", (done + 1_000, stage))
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT count(*) FROM queue.live_tasks")  # takes the snapshot and keeps it
+        blocks = [claim_blocks(w)[1] for _ in range(done)]
+        w.execute("SELECT set_config('skiplock.claim_hint', '', false)")  # forget the position
+        control = claim_blocks(w)[1]
+        dead = w.execute("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'queue.live_tasks'::regclass").fetchone()[0]
+        holder.rollback()
+    recent = sorted(blocks[-1_000:])
+    median = recent[len(recent) // 2]
+    print(f"claim-index pages per claim: median {median} of the last 1,000, control {control}; {dead} dead tuples")
+    assert control >= 20, f"the control claim read {control} pages: the held snapshot kept no entries to walk"
+    assert median <= 8, f"claims read a median {median} index pages while the control read {control}"

@@ -81,15 +81,21 @@ def revisions() -> list[tuple[str, Path]]:
     return ordered
 
 
-def latest_frozen() -> dict[str, Path]:
-    """For every schema-relative path, its latest frozen copy."""
+def latest_frozen(chain: list[tuple[str, Path]] | None = None) -> dict[str, Path]:
+    """For every schema-relative path still shipped, its latest frozen copy. A revision that
+    removed a file (its alter/drop_<path>) retires it."""
     latest: dict[str, Path] = {}
-    for _, directory in revisions():
+    for _, directory in revisions() if chain is None else chain:
+        dropped = []
         for f in directory.rglob("*.sql"):
             rel = f.relative_to(directory).as_posix()
+            if rel.startswith("alter/drop_"):
+                dropped.append(rel.removeprefix("alter/drop_"))
             if rel.startswith(("downgrade/", "alter/")):
                 continue
             latest[rel] = f
+        for rel in dropped:
+            latest.pop(rel, None)
     return latest
 
 

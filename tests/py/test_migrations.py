@@ -105,6 +105,16 @@ def test_every_schema_file_is_shipped_by_a_revision():
     assert not pending, f"unshipped change in schema/: {pending}; run make revision m=\"…\""
 
 
+def test_a_revision_that_removes_a_file_retires_its_frozen_copy(tmp_path):
+    first, second = tmp_path / "0001_a", tmp_path / "0002_b"
+    for path, text in [(first / "functions/kept.sql", "kept"), (first / "functions/gone.sql", "gone"),
+                       (second / "alter/drop_functions/gone.sql", "DROP"),
+                       (second / "downgrade/functions/gone.sql", "gone")]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert sorted(revision.latest_frozen([("0001", first), ("0002", second)])) == ["functions/kept.sql"]
+
+
 def test_upgrade_head_builds_exactly_what_schema_describes(db: str, schema_db: str):
     assert_same_catalog(catalog(db), catalog(schema_db))
 

@@ -65,10 +65,9 @@ SELECT is_empty(
         FROM pg_catalog.pg_proc p
        WHERE p.pronamespace = 'queue'::regnamespace
          AND p.proconfig::text IS DISTINCT FROM '{"search_path=pg_catalog, pg_temp"}'
-         -- take_next, take_locked and _claim_position also keep one generic plan per statement (docs/performance.md).
+         -- take_next and take_locked also keep one generic plan per statement (docs/performance.md).
          AND NOT (p.oid IN ('queue.take_next(text,integer,interval,text)'::regprocedure,
-                            'queue.take_locked(text,integer)'::regprocedure,
-                            'queue._claim_position(text,timestamptz)'::regprocedure)
+                            'queue.take_locked(text,integer)'::regprocedure)
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",plan_cache_mode=force_generic_plan}')
          -- compact and rotate_partitions wait a bounded time for their locks: a queue of takes or
          -- finishes forms behind the wait.
@@ -76,7 +75,7 @@ SELECT is_empty(
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",lock_timeout=100ms}')
          -- A procedure with a SET clause cannot COMMIT; run_sql_tasks qualifies every name.
          AND p.oid <> 'queue.run_sql_tasks(text,integer,text,integer)'::regprocedure$$,
-    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next, take_locked and _claim_position add plan_cache_mode=force_generic_plan, compact and rotate_partitions lock_timeout=100ms) (listed: those that do not)'
+    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next and take_locked add plan_cache_mode=force_generic_plan, compact and rotate_partitions lock_timeout=100ms) (listed: those that do not)'
 );
 
 -- Comments: what \df+ and \d+ show a DBA.

@@ -15,10 +15,10 @@ ORDER = [("ceiling-insert", "ceiling", "ceiling: single-row INSERT, before the w
          ("W1", "skiplock-waiting", "W1 enqueue while a worker waits (each sends NOTIFY)"),
          ("W1", "seed", "W1 seed baseline: the article's insert"),
          ("W1b", "skiplock", "W1b enqueue_batch, 1,000 per call"),
-         ("W2", "skiplock", "W2 take_next + finish (2 calls, 2 commits)"),
-         ("W2", "skiplock-combined", "W2 finish_and_take (1 call, 1 commit)"),
-         ("W2", "skiplock-locked", "W2 take_locked + finish_locked in one transaction (2 calls, 1 commit)"),
-         ("W2", "seed", "W2 seed baseline: the article's take + finish"),
+         ("W2", "skiplock", "W2 take_next + finish (2 calls, 2 commits, 2 round trips)"),
+         ("W2", "skiplock-combined", "W2 finish_and_take (1 call, 1 commit, 1 round trip)"),
+         ("W2", "skiplock-locked", "W2 take_locked + finish_locked in one transaction (2 calls, 1 commit, 3 round trips: BEGIN, take, finish + COMMIT pipelined)"),
+         ("W2", "seed", "W2 seed baseline: the article's take + finish (2 commits, 2 round trips)"),
          ("W2b", "skiplock", "W2b take 100 + finish_batch 100")]
 
 

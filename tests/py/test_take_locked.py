@@ -173,3 +173,39 @@ def test_take_locked_claims_skip_finished_tasks_while_a_snapshot_holds_back_vacu
     print(f"claim-index pages per claim: median {median} of the last 1,000, control {control}; {dead} dead tuples")
     assert control >= 20, f"the control claim read {control} pages: the held snapshot kept no entries to walk"
     assert median <= 8, f"claims read a median {median} index pages while the control read {control}"
+
+
+def test_a_pipelined_finish_and_commit_end_the_task_and_a_failed_finish_commits_nothing(db: str):
+    """The README's advice for short tasks: send the finish and the COMMIT together (the bench's
+    take_locked loop does). If the finish fails, the server skips the COMMIT: neither the task's
+    end nor the worker's own writes commit, and the task is still there to take."""
+    with psycopg.connect(db, autocommit=True) as w:
+        w.execute("CREATE TABLE lk_pipe_results (task_id bigint PRIMARY KEY)")
+        first, second = (w.execute("SELECT queue.enqueue('{}', 'lk.pipe')").fetchone()[0] for _ in range(2))
+
+        w.execute("BEGIN")
+        assert w.execute("SELECT id FROM queue.take_locked('lk.pipe')").fetchone()[0] == first
+        w.execute("INSERT INTO lk_pipe_results VALUES (%s)", (first,))
+        with w.pipeline():
+            finished = w.execute("SELECT queue.finish_locked(%s)", (first,))
+            w.execute("COMMIT")
+        assert finished.fetchone()[0] is True
+        assert w.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+        w.execute("BEGIN")
+        assert w.execute("SELECT id FROM queue.take_locked('lk.pipe')").fetchone()[0] == second
+        w.execute("INSERT INTO lk_pipe_results VALUES (%s)", (second,))
+        with pytest.raises(psycopg.errors.NullValueNotAllowed):
+            with w.pipeline():
+                w.execute("SELECT queue.finish_locked(NULL)")  # a worker's bug: the wrong id
+                w.execute("COMMIT")
+        assert w.info.transaction_status == psycopg.pq.TransactionStatus.INERROR, "the COMMIT was skipped"
+        w.execute("ROLLBACK")
+
+        assert w.execute("SELECT array_agg(task_id ORDER BY task_id) FROM lk_pipe_results").fetchone()[0] == [first]
+        assert w.execute("SELECT array_agg(id) FROM queue.history WHERE stage = 'lk.pipe'").fetchone()[0] == [first]
+        assert w.execute("SELECT id, status::text, attempt FROM queue.live_tasks WHERE stage = 'lk.pipe'").fetchall() \
+            == [(second, "ready", 0)], "the task whose finish failed is still there, its attempt not counted"
+        w.execute("BEGIN")
+        assert w.execute("SELECT id FROM queue.take_locked('lk.pipe')").fetchone()[0] == second
+        w.execute("ROLLBACK")

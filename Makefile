@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl postgresql-15-plpgsql-check postgresql-15-cron
 
-.PHONY: demo test bench revision check-schema system-packages venv venv-bench clean
+.PHONY: demo test bench profile revision check-schema system-packages venv venv-bench clean
 
 ## demo: a throwaway cluster (or DATABASE_URL), migrations, workers draining a pipeline, a summary
 demo: venv
@@ -17,6 +17,14 @@ test: system-packages venv
 ## bench: pgbench workloads against the machine's own ceiling; writes bench/RESULTS.md
 bench: venv-bench
 	$(PY) -m bench.run $(BENCH_ARGS)
+
+## profile: where enqueue, take and finish spend their time, per function, statement and line (plprofiler)
+profile: venv
+	@dpkg-query -W -f='$${Status}' postgresql-15-plprofiler 2>/dev/null | grep -q "install ok installed" || { \
+	    SUDO=""; [ "$$(id -u)" -eq 0 ] || SUDO="sudo"; \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql-15-plprofiler >/dev/null; }
+	$(PY) -m bench.profile $(PROFILE_ARGS)
 
 ## revision: freeze what changed in schema/ into a new migration: make revision m="what changed"
 revision: venv

@@ -91,11 +91,16 @@ BEGIN
                   HINT = 'A group_key is 1 to 200 characters, or NULL for none.';
     END IF;
     -- A restricted stage (grant_stage) admits only the roles it lists; open stages skip the lookup.
+    -- The stage's own settings, else the defaults ('*'): two primary-key probes cost less than
+    -- one statement that sorts both rows.
     SELECT s.restricted, s.notify INTO v_restricted, v_notify
       FROM queue.stage_settings s
-     WHERE s.stage IN (enqueue.stage, '*')
-     ORDER BY s.stage = '*'
-     LIMIT 1;
+     WHERE s.stage = enqueue.stage;
+    IF NOT FOUND THEN
+        SELECT s.restricted, s.notify INTO v_restricted, v_notify
+          FROM queue.stage_settings s
+         WHERE s.stage = '*';
+    END IF;
     IF v_restricted THEN
         PERFORM queue._check_access(enqueue.stage, 'enqueue');
     END IF;

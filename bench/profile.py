@@ -12,10 +12,12 @@ it reports:
   it. This is what a statement costs at one call per transaction, start-up included: a PL/pgSQL
   expression is compiled again in each new transaction (a hint check of a few comparisons took
   1.1 µs in a loop inside one transaction and 5.8 µs with a commit between calls), so a loop of
-  calls inside one transaction understates it. The profiler's own timing adds a little: the
-  report gives each function's time a call with it beside the time without.
+  calls inside one transaction understates it. The profiler's own timing adds little; the
+  report gives each function's time a call with it beside the time without, and the two have
+  differed by up to 29 % from noise alone. Read one run's shares; to compare two versions of a
+  function, time them in interleaved rounds instead.
 
-    python -m bench.profile                  # 20,000 calls a loop, about two minutes
+    python -m bench.profile                  # 20,000 calls a loop, about a minute and a half
     python -m bench.profile --calls 5000
 
 It prints Markdown and writes it to bench/out/profile.md. `make profile` installs Debian's

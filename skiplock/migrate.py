@@ -60,7 +60,8 @@ def run_revision_files(base: Path, files: Sequence[str]) -> None:
 
 def alembic_config(url: str, lock_timeout: str | None = None, lock_attempts: int | None = None):
     from alembic.config import Config
-    cfg = Config(str(ROOT / "alembic.ini"))
+    ini = ROOT / "alembic.ini"  # a checkout has one; an installed wheel needs none (env.py sets no logging)
+    cfg = Config(str(ini)) if ini.is_file() else Config()
     cfg.set_main_option("script_location", str(ROOT / "alembic"))
     cfg.attributes["url"] = libpq_url(url)
     if lock_timeout is not None:

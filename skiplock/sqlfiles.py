@@ -10,7 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
-ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = Path(__file__).resolve().parent
+# A checkout keeps schema/ and alembic/ beside the package; an installed wheel carries them inside it.
+ROOT = PACKAGE if (PACKAGE / "schema").is_dir() else PACKAGE.parent
 SCHEMA_DIR = ROOT / "schema"
 
 # Build order: roles and schema first, then what later files depend on.

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
 
 import psycopg
 import pytest
 from alembic.script import ScriptDirectory
 
 from skiplock import migrate, revision
-from skiplock.sqlfiles import build_from_schema
+from skiplock.sqlfiles import ROOT, build_from_schema
 from skiplock.testrun import create_database, drop_database
 
 # Everything a DBA or a caller can observe about schema queue, minus Alembic's own version table.
@@ -154,3 +158,55 @@ def test_version_table_lives_in_schema_queue(db: str):
     with psycopg.connect(db) as conn:
         assert conn.execute("SELECT to_regclass('queue.skiplock_version') IS NOT NULL").fetchone()[0]
         assert conn.execute("SELECT to_regclass('public.alembic_version') IS NULL").fetchone()[0]
+
+
+def shipped_sources() -> set[str]:
+    """What the wheel must carry: every file of schema/ and of alembic/ that a migration reads."""
+    files = {f"schema/{p.relative_to(ROOT / 'schema').as_posix()}" for p in (ROOT / "schema").rglob("*.sql")}
+    alembic_dir = ROOT / "alembic"
+    files |= {f"alembic/{p.relative_to(alembic_dir).as_posix()}" for p in alembic_dir.rglob("*")
+              if p.is_file() and "__pycache__" not in p.parts}
+    return files
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # From a copy: setuptools reuses a checkout's build/ directory, whose stale files would hide a
+    # file missing from the package list.
+    source, out = tmp_path_factory.mktemp("source") / "skiplock", tmp_path_factory.mktemp("wheel")
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", "__pycache__", "out", "node_modules"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check",
+                    "-w", str(out), str(source)], check=True, cwd=out, timeout=300)
+    return next(out.glob("skiplock-*.whl"))
+
+
+def test_wheel_carries_every_schema_and_migration_file(wheel: Path):
+    with zipfile.ZipFile(wheel) as z:
+        carried = {n.removeprefix("skiplock/") for n in z.namelist()
+                   if n.startswith(("skiplock/schema/", "skiplock/alembic/"))}
+    missing, extra = sorted(shipped_sources() - carried), sorted(carried - shipped_sources())
+    assert not missing and not extra, (
+        f"{len(missing)} files missing from the wheel, such as {missing[:5]}; "
+        f"{len(extra)} only in the wheel, such as {extra[:5]}")
+
+
+def test_installed_wheel_upgrades_a_database_to_what_schema_describes(
+        wheel: Path, admin_url: str, schema_db: str, tmp_path: Path):
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check",
+                    "--target", str(site), str(wheel)], check=True, timeout=300)
+    # Run from outside the checkout, with the installed copy first on the path.
+    env = dict(os.environ, PYTHONPATH=str(site))
+    env.pop("DATABASE_URL", None)
+    where = subprocess.run([sys.executable, "-c", "import skiplock.sqlfiles as s; print(s.ROOT)"],
+                           env=env, cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(where) == site / "skiplock", f"skiplock read its SQL from {where}, not from the installed wheel"
+    url = create_database(admin_url, "from_wheel")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "skiplock", "--db", url, "upgrade"], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert_same_catalog(catalog(url), catalog(schema_db))
+    finally:
+        drop_database(admin_url, url)

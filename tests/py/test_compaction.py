@@ -111,7 +111,7 @@ def _compact_row(conn: psycopg.Connection) -> tuple[int, str]:
 def test_workers_racing_compact_see_every_task_exactly_once(db: str, tmp_path: Path):
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
-    deadline = time.time() + DEADLINE
+    deadline = time.monotonic() + DEADLINE
     outs = [str(tmp_path / f"drain-{i}.pickle") for i in range(WORKERS)]
     procs = [ctx.Process(target=workload.drain,
                          args=(db, i, [STAGE], {}, stop, outs[i], random.randrange(2**32), deadline + 10),
@@ -137,7 +137,7 @@ def test_workers_racing_compact_see_every_task_exactly_once(db: str, tmp_path: P
                 except psycopg.errors.LockNotAvailable:
                     busy += 1
             while conn.execute("SELECT count(*) FROM queue.live_tasks WHERE stage = %s", (STAGE,)).fetchone()[0]:
-                assert time.time() < deadline, f"tasks still live after {DEADLINE} s: a hang"
+                assert time.monotonic() < deadline, f"tasks still live after {DEADLINE} s: a hang"
                 try:
                     compactions += conn.execute("SELECT count(*) FROM queue.compact()").fetchone()[0]
                 except psycopg.errors.LockNotAvailable:

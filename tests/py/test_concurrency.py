@@ -40,7 +40,7 @@ def test_workers_drain_50000_tasks_with_failures_and_a_pipeline_exactly_once(db:
 
     ctx = _spawn()
     stop = ctx.Event()
-    deadline = time.time() + DRAIN_DEADLINE
+    deadline = time.monotonic() + DRAIN_DEADLINE
     outs = [str(tmp_path / f"drain-{i}.pickle") for i in range(WORKERS)]
     procs = [ctx.Process(target=workload.drain,
                          args=(db, i, STAGES, HOPS, stop, outs[i], rng.randrange(2**32), deadline + 10),
@@ -70,7 +70,7 @@ def test_workers_drain_50000_tasks_with_failures_and_a_pipeline_exactly_once(db:
                                     (all_ids,)).fetchone()[0]
                 if live == 0:
                     break
-                assert time.time() < deadline, f"{live} tasks still live after {DRAIN_DEADLINE} s: a hang"
+                assert time.monotonic() < deadline, f"{live} tasks still live after {DRAIN_DEADLINE} s: a hang"
                 assert all(p.is_alive() for p in procs), \
                     f"a worker died: exit codes {[p.exitcode for p in procs]}"
                 time.sleep(0.2)
@@ -178,7 +178,7 @@ def test_concurrent_take_next_batches_are_disjoint(db: str, tmp_path: Path):
 
     ctx = _spawn()
     barrier = ctx.Barrier(takers)  # all start taking at the same moment
-    deadline = time.time() + 40
+    deadline = time.monotonic() + 40
     outs = [str(tmp_path / f"grab-{i}.pickle") for i in range(takers)]
     procs = [ctx.Process(target=workload.grab, args=(db, i, stage, batch, barrier, outs[i], deadline),
                          name=f"grab-{i}", daemon=True)
@@ -187,7 +187,7 @@ def test_concurrent_take_next_batches_are_disjoint(db: str, tmp_path: Path):
         for p in procs:
             p.start()
         for p in procs:
-            p.join(max(0.0, deadline + 5 - time.time()))
+            p.join(max(0.0, deadline + 5 - time.monotonic()))
         assert not any(p.is_alive() for p in procs), "a taker hung"
     finally:
         workload.stop_processes(procs, None, timeout=5)

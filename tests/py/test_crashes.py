@@ -61,7 +61,7 @@ def enqueue(conn: psycopg.Connection, stage: str, n: int) -> list[int]:
 
 def wait_until(predicate, deadline: float, what: str, pause: float = 0.05) -> None:
     while not predicate():
-        if time.time() > deadline:
+        if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}")
         time.sleep(pause)
 
@@ -92,7 +92,7 @@ def test_sigkilled_workers_lose_no_task(db: str, tmp_path: Path):
 
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
-    deadline = time.time() + 45
+    deadline = time.monotonic() + 45
     procs: dict[str, mp.Process] = {}
     outs: dict[str, str] = {}
 
@@ -172,7 +172,7 @@ def test_terminated_connections_lose_no_task(db: str, tmp_path: Path):
 
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
-    deadline = time.time() + 45
+    deadline = time.monotonic() + 45
     names = [f"term-{i}" for i in range(workers)]
     outs = {n: str(tmp_path / f"{n}.pickle") for n in names}
     procs = [ctx.Process(target=workload.reference, args=(db, n, stage, stop, outs[n], deadline + 10),
@@ -188,7 +188,7 @@ def test_terminated_connections_lose_no_task(db: str, tmp_path: Path):
                 "SELECT count(DISTINCT worker) FROM queue.live_tasks WHERE stage = %s AND status = 'running'",
                 (stage,)).fetchone()[0] == workers, deadline, "all workers to take tasks")
             while sum(terminated.values()) < terminations:
-                assert time.time() < deadline, "could not terminate enough worker backends"
+                assert time.monotonic() < deadline, "could not terminate enough worker backends"
                 assert live_count(admin, ids) > 0, "the queue drained before the terminations were done"
                 backends = admin.execute(
                     "SELECT pid, application_name FROM pg_stat_activity"

@@ -53,7 +53,7 @@ def work(url: str, index: int, stage: str, stop: Any, done: Any, out: str, deadl
     per_second = RATE / WORKERS
     with psycopg.connect(workload.with_application_name(url, name), autocommit=True) as conn:
         started = time.monotonic()
-        while not stop.is_set() and time.time() < deadline:
+        while not stop.is_set() and time.monotonic() < deadline:
             ahead = started + taken / per_second - time.monotonic()
             if ahead > 0:
                 time.sleep(ahead)
@@ -107,7 +107,7 @@ def test_hot_table_stays_bounded_and_history_rotates_away(db: str, tmp_path: Pat
         ctx = mp.get_context("spawn")
         stop = ctx.Event()
         done = ctx.Value("q", 0)
-        deadline = time.time() + DEADLINE
+        deadline = time.monotonic() + DEADLINE
         outs = [str(tmp_path / f"hot-{i}.pickle") for i in range(WORKERS)]
         procs = [ctx.Process(target=work, args=(db, i, STAGE, stop, done, outs[i], deadline + 10),
                              name=f"hot-{i}", daemon=True)
@@ -131,7 +131,7 @@ def test_hot_table_stays_bounded_and_history_rotates_away(db: str, tmp_path: Pat
                     continue
                 if processed >= TOTAL:
                     break
-                assert time.time() < deadline, (
+                assert time.monotonic() < deadline, (
                     f"only {processed} of {TOTAL} tasks processed after {DEADLINE:.0f} s: a hang or far too slow")
                 assert all(p.is_alive() for p in procs), f"a worker died: exit codes {[p.exitcode for p in procs]}"
                 time.sleep(0.01)

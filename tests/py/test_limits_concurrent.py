@@ -68,7 +68,7 @@ def work(url: str, index: int, stop: Any, out: str, seed: int, deadline: float) 
     lost = 0
     stages = [MAX_STAGE, GROUP_STAGE] if index % 2 else [GROUP_STAGE, MAX_STAGE]
     with psycopg.connect(workload.with_application_name(url, name), autocommit=True) as conn:
-        while not stop.is_set() and time.time() < deadline:
+        while not stop.is_set() and time.monotonic() < deadline:
             worked = False
             for stage in stages:
                 rows = conn.execute(TAKE, (stage, rng.randint(1, 3), name)).fetchall()
@@ -135,7 +135,7 @@ def test_limits_hold_under_eight_concurrent_workers(limits_db: str, tmp_path: Pa
 
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
-    deadline = time.time() + DEADLINE
+    deadline = time.monotonic() + DEADLINE
     rng = random.Random(20240612)
     outs = [str(tmp_path / f"lim-{i}.pickle") for i in range(WORKERS)]
     procs = [ctx.Process(target=work, args=(db, i, stop, outs[i], rng.randrange(2**32), deadline + 10),
@@ -153,7 +153,7 @@ def test_limits_hold_under_eight_concurrent_workers(limits_db: str, tmp_path: Pa
                                     ([MAX_STAGE, GROUP_STAGE],)).fetchone()[0]
                 if live == 0:
                     break
-                assert time.time() < deadline, f"{live} tasks still live after {DEADLINE} s: a hang"
+                assert time.monotonic() < deadline, f"{live} tasks still live after {DEADLINE} s: a hang"
                 assert all(p.is_alive() for p in procs), \
                     f"a worker died: exit codes {[p.exitcode for p in procs]}"
                 assert sampler.is_alive(), f"the sampler stopped: {sampler.error!r}"

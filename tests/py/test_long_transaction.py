@@ -67,7 +67,7 @@ def test_workers_keep_working_while_a_transaction_holds_the_xmin_horizon(longtx_
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
     total = BEFORE_SECONDS + HOLD_SECONDS + AFTER_SECONDS
-    deadline = time.time() + total + 60
+    deadline = time.monotonic() + total + 60
     outs = {f"longtx-{i}": str(tmp_path / f"longtx-{i}.pickle") for i in range(WORKERS)}
     workers = [ctx.Process(target=workload.reference, args=(longtx_db, n, STAGE, stop, out, deadline),
                            kwargs={"batch": 10, "per_task": 0.001}, name=n, daemon=True)
@@ -120,10 +120,10 @@ def test_workers_keep_working_while_a_transaction_holds_the_xmin_horizon(longtx_
             producer.join(10)
             assert producer.error is None, f"the producer failed: {producer.error!r}"
             # Nothing stuck: the backlog drains soon after the producer stops.
-            end = time.time() + 20
+            end = time.monotonic() + 20
             while admin.execute("SELECT count(*) FROM queue.live_tasks WHERE stage = %s",
                                 (STAGE,)).fetchone()[0]:
-                assert time.time() < end, "tasks still live 20 s after the producer stopped"
+                assert time.monotonic() < end, "tasks still live 20 s after the producer stopped"
                 time.sleep(0.2)
         finally:
             producer.halt.set()

@@ -61,7 +61,7 @@ def produce(url: str, name: str, stage: str, batches: int, size: int, out: str, 
     conn: psycopg.Connection | None = None
     k = 0
     delay = 0.05
-    while k < batches and time.time() < deadline:
+    while k < batches and time.monotonic() < deadline:
         sent = False
         try:
             if conn is None or conn.closed:
@@ -145,7 +145,7 @@ def stage_counts(url: str, stage: str) -> tuple[int, int]:
 
 def wait_until(predicate, deadline: float, what: str, pause: float = 0.05) -> None:
     while not predicate():
-        if time.time() > deadline:
+        if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}")
         time.sleep(pause)
 
@@ -163,7 +163,7 @@ def test_server_crash_under_load_loses_no_committed_task(crash_cluster: devdb.Cl
 
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
-    deadline = time.time() + ROUND_DEADLINE
+    deadline = time.monotonic() + ROUND_DEADLINE
     p_outs = {f"producer-{i}": str(tmp_path / f"producer-{i}.pickle") for i in range(PRODUCERS)}
     w_outs = {f"worker-{i}": str(tmp_path / f"worker-{i}.pickle") for i in range(WORKERS)}
     producers = [ctx.Process(target=produce, args=(crash_db, n, stage, BATCHES, BATCH_SIZE, out, deadline),
@@ -195,7 +195,7 @@ def test_server_crash_under_load_loses_no_committed_task(crash_cluster: devdb.Cl
         crashed = time.monotonic() - t0
 
         for p in producers:
-            p.join(max(0.0, deadline - time.time()))
+            p.join(max(0.0, deadline - time.monotonic()))
         assert [p.exitcode for p in producers] == [0] * PRODUCERS, "a producer did not survive the crash"
         wait_until(lambda: _drained(crash_db, stage), deadline, "the queue to drain", pause=0.2)
     finally:

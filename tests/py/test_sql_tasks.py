@@ -675,7 +675,7 @@ def test_repeat_with_drift_stays_on_the_grid_and_without_drift_plans_from_the_ru
     offsets = [r[0] - drift[0][0] for r in drift]
     assert all(abs(o - round(o)) < 0.001 for o in offsets), offsets  # planned from the slot: on the 1 s grid
     assert [round(o) for o in offsets] == sorted(set(round(o) for o in offsets))
-    assert all(started - run_at < 0.6 for run_at, started, _ in drift)
+    assert all(started - run_at < 1.0 for run_at, started, _ in drift)  # each run starts before its next slot
     assert all(finished - started >= 0.3 for _, started, finished in drift)  # finished: the run's real end
 
     nodrift = runs(after)
@@ -746,7 +746,7 @@ def test_cli_drains_tasks_with_3_connections_and_wakes_on_notify(admin: psycopg.
         time.sleep(1.0)  # idle, on LISTEN
         late = enqueue_sql(alice, "SELECT 'late'", stage=stage)
         took = wait_for(lambda: task(admin, late)[0] == "done", timeout=10, every=0.02)
-        assert took < 1.0, took
+        assert took < 3.0, took  # a NOTIFY, not the 30 s poll
         assert task(admin, bobs)[0] == "ready"  # bob's task is not alice's executors' to run
     finally:
         rc, stopping = stop(proc)
@@ -770,7 +770,7 @@ def test_cli_survives_unlisten_and_deallocate_in_a_request(admin: psycopg.Connec
         time.sleep(1.0)  # idle, on LISTEN again
         late = enqueue_sql(alice, "SELECT 'late'", stage=stage)
         took = wait_for(lambda: task(admin, late)[0] == "done", timeout=10, every=0.02)
-        assert took < 1.0, took
+        assert took < 3.0, took  # a NOTIFY, not the 30 s poll
     finally:
         rc, _ = stop(proc)
     assert rc == 0, log.read_text()

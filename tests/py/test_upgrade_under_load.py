@@ -89,10 +89,10 @@ class Calls:
         self.count: Counter = Counter()
         self.errors: list[tuple[str, str | None, str, float]] = []
         self.slowest: dict[str, float] = defaultdict(float)
-        self.spans: list[tuple[float, float]] = []   # (start, end) of every call, time.time()
+        self.spans: list[tuple[float, float]] = []   # (start, end) of every call, time.monotonic()
 
     def run(self, kind: str, conn: psycopg.Connection, sql: str, params: Any = None) -> list | None:
-        started = time.time()
+        started = time.monotonic()
         try:
             rows = conn.execute(sql, params).fetchall()
         except psycopg.Error as e:
@@ -102,7 +102,7 @@ class Calls:
                     self.failed.value += 1
             return None
         finally:
-            ended = time.time()
+            ended = time.monotonic()
             self.count[kind] += 1
             self.slowest[kind] = max(self.slowest[kind], ended - started)
             self.spans.append((started, ended))
@@ -135,7 +135,7 @@ def mixed_worker(url: str, index: int, produce: Any, stop: Any, failed: Any, war
                 else "SELECT id, payload, attempt, lease FROM queue.take_next(stage => %s, batch => %s, worker => %s)")
     conn = _connect(url, name)
     n = 0
-    while not stop.is_set() and time.time() < deadline:
+    while not stop.is_set() and time.monotonic() < deadline:
         if conn.broken:
             conn = _connect(url, name)
         if produce.is_set():
@@ -195,7 +195,7 @@ def admin_worker(url: str, stop: Any, failed: Any, out: str, deadline: float) ->
     calls = Calls(failed)
     reaped = 0
     conn = _connect(url, "upg-admin")
-    while not stop.is_set() and time.time() < deadline:
+    while not stop.is_set() and time.monotonic() < deadline:
         if conn.broken:
             conn = _connect(url, "upg-admin")
         rows = calls.run("reap_hung", conn, "SELECT queue.reap_hung() AS n")
@@ -339,7 +339,7 @@ def _run_scenario(url: str, start: str, head: str, tmp_path: Path) -> None:
     ctx = mp.get_context("spawn")
     produce, stop, failed, warm = ctx.Event(), ctx.Event(), ctx.Value("i", 0), ctx.Value("i", 0)
     produce.set()
-    deadline = time.time() + DRAIN_DEADLINE + 60
+    deadline = time.monotonic() + DRAIN_DEADLINE + 60
     outs = [str(tmp_path / f"worker-{i}.pickle") for i in range(WORKERS)]
     admin_out = str(tmp_path / "admin.pickle")
     procs = [ctx.Process(target=mixed_worker, args=(url, i, produce, stop, failed, warm, outs[i], 1000 + i, deadline),
@@ -350,12 +350,12 @@ def _run_scenario(url: str, start: str, head: str, tmp_path: Path) -> None:
             p.start()
         while warm.value < WORKERS:                   # every worker is producing and taking
             assert all(p.is_alive() for p in procs), f"a worker died: {[p.exitcode for p in procs]}"
-            assert time.time() < deadline - DRAIN_DEADLINE, "the workers did not start within a minute"
+            assert time.monotonic() < deadline - DRAIN_DEADLINE, "the workers did not start within a minute"
             time.sleep(0.1)
         time.sleep(WARM_SECONDS)                      # and psycopg has prepared their statements
-        up_start = time.time()
+        up_start = time.monotonic()
         migrate.upgrade(url)                                   # alembic upgrade head, under load
-        up_end = time.time()
+        up_end = time.monotonic()
         with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
             assert _version(conn) == head
             # The leases taken at R are still the tasks' leases at head.
@@ -374,7 +374,7 @@ def _run_scenario(url: str, start: str, head: str, tmp_path: Path) -> None:
                                     ([A, B, C, G, HOLD],)).fetchone()["n"]
                 if left == 0 or failed.value:
                     break                             # drained, or a call failed: the records below say which
-                assert time.time() < up_end + DRAIN_DEADLINE, f"{left} tasks still live {DRAIN_DEADLINE} s after the upgrade"
+                assert time.monotonic() < up_end + DRAIN_DEADLINE, f"{left} tasks still live {DRAIN_DEADLINE} s after the upgrade"
                 assert all(p.is_alive() for p in procs), f"a worker died: {[p.exitcode for p in procs]}"
                 time.sleep(0.2)
     finally:

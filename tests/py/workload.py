@@ -4,7 +4,7 @@ Each entry point is a top-level function so that multiprocessing's 'spawn' conte
 a fresh interpreter, its own connection, nothing inherited from pytest. A worker records what it
 saw (what it took, which finish/fail calls returned true) and, when stopped normally, writes the
 record to `out` as a pickle; the test reads it after joining. A worker killed with SIGKILL writes
-nothing, which is the point. Every loop also stops at `deadline` (time.time()), so a test that
+nothing, which is the point. Every loop also stops at `deadline` (time.monotonic()), so a test that
 dies cannot leave a worker running for ever.
 """
 
@@ -59,7 +59,7 @@ def drain(url: str, index: int, stages: list[str], hops: dict[str, str], stop: A
     lost = 0
     order = stages[index % len(stages):] + stages[:index % len(stages)]
     with psycopg.connect(with_application_name(url, name), autocommit=True) as conn:
-        while not stop.is_set() and time.time() < deadline:
+        while not stop.is_set() and time.monotonic() < deadline:
             worked = False
             for stage in order:
                 rows = conn.execute(TAKE, (stage, batch, name)).fetchall()
@@ -93,8 +93,8 @@ def grab(url: str, index: int, stage: str, batch: int, barrier: Any, out: str, d
     batches: list[list[tuple[int, str]]] = []
     with psycopg.connect(with_application_name(url, name), autocommit=True) as conn:
         conn.execute("SELECT 1")  # connected and warm before the start line
-        barrier.wait(timeout=max(1.0, deadline - time.time()))
-        while time.time() < deadline:
+        barrier.wait(timeout=max(1.0, deadline - time.monotonic()))
+        while time.monotonic() < deadline:
             rows = conn.execute(TAKE, (stage, batch, name)).fetchall()
             if not rows:
                 break
@@ -110,7 +110,7 @@ def slow(url: str, name: str, stage: str, stop: Any, out: str, deadline: float,
     finished: list[int] = []
     lost = 0
     with psycopg.connect(with_application_name(url, name), autocommit=True) as conn:
-        while not stop.is_set() and time.time() < deadline:
+        while not stop.is_set() and time.monotonic() < deadline:
             rows = conn.execute(TAKE, (stage, batch, name)).fetchall()
             if not rows:
                 time.sleep(0.05)
@@ -140,7 +140,7 @@ def reference(url: str, name: str, stage: str, stop: Any, out: str, deadline: fl
 
     worker = Worker(with_application_name(url, name), {stage: handler}, batch=batch,
                     idle_wait=0.2, name=name)
-    counters = worker.run(should_stop=lambda: stop.is_set() or time.time() >= deadline)
+    counters = worker.run(should_stop=lambda: stop.is_set() or time.monotonic() >= deadline)
     write_record(out, {"name": name, "pid": os.getpid(), "takes": takes,
                        "finished": counters.finished_ids, "failed": counters.failed,
                        "lost": counters.lost, "reconnects": counters.reconnects,

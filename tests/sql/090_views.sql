@@ -2,6 +2,8 @@
 -- skiplock_monitor may read.
 BEGIN;
 SELECT plan(19);
+-- queue.hourly's hours are the session's: in UTC no hour repeats at a change of daylight saving time.
+SET LOCAL TimeZone = 'UTC';
 
 CREATE FUNCTION pg_temp.plan_lines(query text) RETURNS SETOF text LANGUAGE plpgsql AS $$
 DECLARE

@@ -4,7 +4,7 @@
 -- stage and priority under the key schedule:<name>:<tick>.
 -- now() is fixed for the transaction; firing uses injected times in 2030.
 BEGIN;
-SELECT plan(78);
+SELECT plan(79);
 
 -- Creating --------------------------------------------------------------------------------------------------------
 SELECT is(queue.schedule('s.every5', '*/5 * * * *', stage => 'sch.a', payload => '{"job": "a"}', priority => 3),
@@ -180,7 +180,10 @@ SELECT is((SELECT s.next_fire FROM queue.schedules s WHERE s.name = 'f.berlin'),
 SELECT is((SELECT f.key FROM fired f WHERE f.stage = 'sch.tz'), 'schedule:f.berlin:2030-03-30T08:00:00Z', 'keys give the tick in UTC');
 
 -- Arguments.
-SELECT is(queue.fire_schedules(), 0, 'fire_schedules() uses now(): nothing is due before 2030');
+UPDATE queue.schedules s SET next_fire = now() + interval '1 microsecond', last_fired = NULL;
+SELECT is(queue.fire_schedules(), 0, 'fire_schedules() uses now(): a tick a microsecond after it is not due');
+SELECT is(queue.fire_schedules(now() + interval '1 microsecond'), (SELECT count(*)::integer FROM queue.schedules),
+          'and every schedule is due a microsecond later');
 SELECT throws_ok($$SELECT queue.fire_schedules(NULL)$$, '22004', 'now must not be NULL', 'fire_schedules(NULL) raises 22004');
 SELECT throws_ok($$SELECT queue.fire_schedules('infinity')$$, '22023', 'now must be finite', 'fire_schedules(''infinity'') raises 22023');
 

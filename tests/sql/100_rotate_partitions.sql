@@ -63,24 +63,24 @@ SELECT is((SELECT h.tableoid::regclass::text FROM queue.history h WHERE h.id = (
 
 -- Injected now: exactly the right partitions; the old ones go -------------------------------------------
 CREATE TEMP TABLE before AS SELECT name FROM parts;
-CREATE TEMP TABLE r2 AS SELECT * FROM queue.rotate_partitions('2030-06-15 12:00+00');
+CREATE TEMP TABLE r2 AS SELECT * FROM queue.rotate_partitions('2430-06-15 12:00+00');
 SELECT results_eq(
     $$SELECT partition FROM r2 WHERE action = 'created' ORDER BY partition$$,
-    $$SELECT format('queue.history_%s', d) FROM unnest(ARRAY['20300615', '20300616', '20300617', '20300618',
-                                                              '20300619', '20300620', '20300621', '20300622']) d$$,
-    'with now 2030-06-15 12:00 it creates history_20300615 to history_20300622 (the current day and 7 ahead)');
+    $$SELECT format('queue.history_%s', d) FROM unnest(ARRAY['24300615', '24300616', '24300617', '24300618',
+                                                              '24300619', '24300620', '24300621', '24300622']) d$$,
+    'with now 2430-06-15 12:00 it creates history_24300615 to history_24300622 (the current day and 7 ahead)');
 SELECT set_eq($$SELECT partition FROM r2 WHERE action = 'dropped'$$, $$SELECT 'queue.' || name FROM before$$,
               'every partition whose range ended before now - 30 days is dropped');
 SELECT is((SELECT count(*)::integer FROM r2 WHERE action NOT IN ('created', 'dropped')), 0, 'and nothing else is done');
 SELECT set_eq($$SELECT name FROM parts$$,
-              $$SELECT 'history_' || to_char(d, 'YYYYMMDD') FROM generate_series(timestamp '2030-06-15', '2030-06-22', '1 day') d$$,
+              $$SELECT 'history_' || to_char(d, 'YYYYMMDD') FROM generate_series(timestamp '2430-06-15', '2430-06-22', '1 day') d$$,
               'queue.history then has exactly those 8 dated partitions');
-SELECT results_eq($$SELECT lo, hi FROM parts WHERE name = 'history_20300615'$$,
-                  $$VALUES ('2030-06-15 00:00+00'::timestamptz, '2030-06-16 00:00+00'::timestamptz)$$,
-                  'history_20300615 covers finish times from 2030-06-15 00:00 UTC up to, not including, the next midnight');
+SELECT results_eq($$SELECT lo, hi FROM parts WHERE name = 'history_24300615'$$,
+                  $$VALUES ('2430-06-15 00:00+00'::timestamptz, '2430-06-16 00:00+00'::timestamptz)$$,
+                  'history_24300615 covers finish times from 2430-06-15 00:00 UTC up to, not including, the next midnight');
 SELECT is((SELECT count(*)::integer FROM queue.history h WHERE h.id = (SELECT id FROM task)), 0,
           'the task finished today went with its partition (dropped, never deleted row by row)');
-SELECT is((SELECT p.last_rotated FROM queue.history_policy p), '2030-06-15 12:00+00'::timestamptz,
+SELECT is((SELECT p.last_rotated FROM queue.history_policy p), '2430-06-15 12:00+00'::timestamptz,
           'rotate_partitions records its now in history_policy.last_rotated');
 SELECT is_empty(
     $$SELECT c.relname FROM pg_class c JOIN parts p ON p.name = c.relname AND c.relnamespace = 'queue'::regnamespace
@@ -94,83 +94,83 @@ SELECT is_empty(
           OR NOT EXISTS (SELECT FROM pg_constraint k WHERE k.conrelid = ('queue.' || p.name)::regclass
                             AND k.conname = 'history_status_final' AND NOT k.conislocal)$$,
     'every partition it makes has the two indexes of queue.history attached and inherits its CHECK constraint');
-SELECT is_empty($$SELECT * FROM queue.rotate_partitions('2030-06-15 12:00+00')$$,
+SELECT is_empty($$SELECT * FROM queue.rotate_partitions('2430-06-15 12:00+00')$$,
                 'a second rotation at the same now has nothing to do and returns no row');
-SELECT results_eq($$SELECT action, partition FROM queue.rotate_partitions('2030-06-16 00:00+00')$$,
-                  $$VALUES ('created', 'queue.history_20300623')$$,
+SELECT results_eq($$SELECT action, partition FROM queue.rotate_partitions('2430-06-16 00:00+00')$$,
+                  $$VALUES ('created', 'queue.history_24300623')$$,
                   'a day later it creates the one new day ahead, and drops nothing');
 
 -- Retention: a partition goes when its whole range is older than now - retention -----------------------
 INSERT INTO queue.history (id, stage, status, priority, run_at, payload, attempt, created, finished)
-VALUES (-1, 'rp.old', 'done', 0, '2030-06-16 23:59:59+00', '{}', 1, '2030-06-16 23:59:59+00', '2030-06-16 23:59:59+00'),
-       (-2, 'rp.old', 'done', 0, '2030-06-17 00:00:00+00', '{}', 1, '2030-06-17 00:00:00+00', '2030-06-17 00:00:00+00');
-SELECT results_eq($$SELECT partition FROM queue.rotate_partitions('2030-07-17 00:00+00') WHERE action = 'dropped' ORDER BY 1$$,
-                  $$VALUES ('queue.history_20300615'), ('queue.history_20300616')$$,
-                  'with now 2030-07-17 00:00 (cutoff 2030-06-17 00:00) it drops exactly the partitions ending at or before the cutoff');
+VALUES (-1, 'rp.old', 'done', 0, '2430-06-16 23:59:59+00', '{}', 1, '2430-06-16 23:59:59+00', '2430-06-16 23:59:59+00'),
+       (-2, 'rp.old', 'done', 0, '2430-06-17 00:00:00+00', '{}', 1, '2430-06-17 00:00:00+00', '2430-06-17 00:00:00+00');
+SELECT results_eq($$SELECT partition FROM queue.rotate_partitions('2430-07-17 00:00+00') WHERE action = 'dropped' ORDER BY 1$$,
+                  $$VALUES ('queue.history_24300615'), ('queue.history_24300616')$$,
+                  'with now 2430-07-17 00:00 (cutoff 2430-06-17 00:00) it drops exactly the partitions ending at or before the cutoff');
 SELECT results_eq($$SELECT id FROM queue.history WHERE stage = 'rp.old'$$, $$VALUES (-2::bigint)$$,
                   'a row finished one second before the cutoff went with its partition; one finished at the cutoff stays');
-SELECT is_empty($$SELECT * FROM queue.rotate_partitions('2030-07-17 23:59:59+00') WHERE action = 'dropped'$$,
+SELECT is_empty($$SELECT * FROM queue.rotate_partitions('2430-07-17 23:59:59+00') WHERE action = 'dropped'$$,
                 'a partition whose range reaches past the cutoff is kept, even a second before its end passes it');
 
 -- retention_action 'detach': the partition leaves queue.history but keeps its rows ------------------------
 SELECT lives_ok($$SELECT queue.configure_history(retention_action => 'detach')$$, 'setup: retention_action detach');
-SELECT results_eq($$SELECT action, partition FROM queue.rotate_partitions('2030-07-18 00:00+00') WHERE action <> 'created'$$,
-                  $$VALUES ('detached', 'queue.history_20300617')$$,
+SELECT results_eq($$SELECT action, partition FROM queue.rotate_partitions('2430-07-18 00:00+00') WHERE action <> 'created'$$,
+                  $$VALUES ('detached', 'queue.history_24300617')$$,
                   'with retention_action detach the partition past the retention is detached, not dropped');
 SELECT results_eq(
-    $$SELECT c.relispartition, c.relkind::text, (SELECT count(*)::integer FROM queue.history_20300617)
-        FROM pg_class c WHERE c.oid = 'queue.history_20300617'::regclass$$,
+    $$SELECT c.relispartition, c.relkind::text, (SELECT count(*)::integer FROM queue.history_24300617)
+        FROM pg_class c WHERE c.oid = 'queue.history_24300617'::regclass$$,
     $$VALUES (false, 'r', 1)$$,
     'the detached partition is a plain table that still holds its rows');
 SELECT is_empty($$SELECT * FROM queue.history WHERE stage = 'rp.old'$$, 'its rows are no longer in queue.history');
-SELECT ok(obj_description('queue.history_20300617'::regclass, 'pg_class') LIKE 'Finished tasks of 2030-06-17 00:00 to 2030-06-18 00:00 UTC, detached from queue.history%',
+SELECT ok(obj_description('queue.history_24300617'::regclass, 'pg_class') LIKE 'Finished tasks of 2430-06-17 00:00 to 2430-06-18 00:00 UTC, detached from queue.history%',
           'the detached table''s comment says what it holds and that it was detached');
 SELECT lives_ok($$SELECT queue.configure_history(retention_action => 'drop')$$, 'setup: retention_action drop again');
 
 -- Rows of a range already in the default partition: no partition for it, the rows stay ----------------
 SELECT pg_temp.reset();
 INSERT INTO queue.history (id, stage, status, priority, run_at, payload, attempt, created, finished)
-VALUES (-3, 'rp.def', 'done', 0, '2030-09-03 05:00+00', '{}', 1, '2030-09-03 05:00+00', '2030-09-03 05:00+00');
+VALUES (-3, 'rp.def', 'done', 0, '2430-09-03 05:00+00', '{}', 1, '2430-09-03 05:00+00', '2430-09-03 05:00+00');
 SELECT is((SELECT tableoid::regclass::text FROM queue.history WHERE id = -3), 'queue.history_default',
           'a row no dated partition covers goes to the default partition (finishing never fails for want of a partition)');
-CREATE TEMP TABLE r3 AS SELECT * FROM queue.rotate_partitions('2030-09-01 12:00+00');
+CREATE TEMP TABLE r3 AS SELECT * FROM queue.rotate_partitions('2430-09-01 12:00+00');
 SELECT results_eq(
     $$SELECT action, partition FROM r3 WHERE action <> 'kept' ORDER BY partition$$,
-    $$VALUES ('created', 'queue.history_20300901'), ('created', 'queue.history_20300902'),
-             ('skipped: rows in default', 'queue.history_20300903'),
-             ('created', 'queue.history_20300904'), ('created', 'queue.history_20300905'),
-             ('created', 'queue.history_20300906'), ('created', 'queue.history_20300907'),
-             ('created', 'queue.history_20300908')$$,
+    $$VALUES ('created', 'queue.history_24300901'), ('created', 'queue.history_24300902'),
+             ('skipped: rows in default', 'queue.history_24300903'),
+             ('created', 'queue.history_24300904'), ('created', 'queue.history_24300905'),
+             ('created', 'queue.history_24300906'), ('created', 'queue.history_24300907'),
+             ('created', 'queue.history_24300908')$$,
     'the day whose rows sit in the default partition is skipped and reported; the others are created');
-SELECT ok((SELECT detail LIKE 'queue.history_default holds rows finished from 2030-09-03 00:00 to 2030-09-04 00:00 UTC%'
+SELECT ok((SELECT detail LIKE 'queue.history_default holds rows finished from 2430-09-03 00:00 to 2430-09-04 00:00 UTC%'
              FROM r3 WHERE action = 'skipped: rows in default'),
           'the skip says why: the default partition holds rows of that range');
 SELECT is((SELECT tableoid::regclass::text FROM queue.history WHERE id = -3), 'queue.history_default',
           'the rows stay in the default partition');
 SELECT results_eq(
-    $$SELECT action, partition, detail LIKE '1 rows finished from 2030-09-03 05:00:00 to 2030-09-03 05:00:00 UTC; the newest is within the retention%'
+    $$SELECT action, partition, detail LIKE '1 rows finished from 2430-09-03 05:00:00 to 2430-09-03 05:00:00 UTC; the newest is within the retention%'
         FROM r3 WHERE action = 'kept'$$,
     $$VALUES ('kept', 'queue.history_default', true)$$,
     'rows of the default partition within the retention are kept, and reported');
 
 -- A range query reads only the matching partitions ----------------------------------------------------------
 SELECT is(pg_temp.tables_read($$SELECT count(*) FROM queue.history h
-                                 WHERE h.finished >= '2030-09-02 01:00+00' AND h.finished < '2030-09-02 02:00+00'$$),
-          ARRAY['history_20300902'],
+                                 WHERE h.finished >= '2430-09-02 01:00+00' AND h.finished < '2430-09-02 02:00+00'$$),
+          ARRAY['history_24300902'],
           'a query on an hour of finish times reads only that day''s partition (partition pruning)');
 SELECT is(pg_temp.tables_read($$SELECT count(*) FROM queue.history h
-                                 WHERE h.finished >= '2030-09-04 12:00+00' AND h.finished < '2030-09-06 00:00+00'$$),
-          ARRAY['history_20300904', 'history_20300905'],
+                                 WHERE h.finished >= '2430-09-04 12:00+00' AND h.finished < '2430-09-06 00:00+00'$$),
+          ARRAY['history_24300904', 'history_24300905'],
           'a query across two days reads only those two partitions');
 SELECT is(pg_temp.tables_read($$SELECT count(*) FROM queue.history h WHERE h.stage = 'rp.def'
-                                 AND h.finished >= '2030-09-03 00:00+00' AND h.finished < '2030-09-03 06:00+00'$$),
+                                 AND h.finished >= '2430-09-03 00:00+00' AND h.finished < '2430-09-03 06:00+00'$$),
           ARRAY['history_default'],
           'a range no dated partition covers reads only the default partition');
 -- (queue.hourly covers the last 7 days and prunes older partitions: tests/sql/090_views.sql.)
 
 -- The default partition is emptied only whole, by TRUNCATE, once every row is past the retention ---------
 SELECT results_eq(
-    $$SELECT action, partition FROM queue.rotate_partitions('2030-10-03 06:00+00') WHERE partition = 'queue.history_default'$$,
+    $$SELECT action, partition FROM queue.rotate_partitions('2430-10-03 06:00+00') WHERE partition = 'queue.history_default'$$,
     $$VALUES ('truncated', 'queue.history_default')$$,
     'with every row of the default partition older than now - retention, it truncates the default partition');
 SELECT is((SELECT count(*)::integer FROM queue.history_default), 0, 'the default partition is then empty');
@@ -179,52 +179,52 @@ SELECT is((SELECT count(*)::integer FROM queue.history_default), 0, 'the default
 SELECT pg_temp.reset();
 SELECT lives_ok($$SELECT queue.configure_history(partition_interval => '1 hour', premake => 3, retention => '1 day')$$,
                 'setup: hourly partitions, 3 ahead');
-SELECT results_eq($$SELECT partition FROM queue.rotate_partitions('2031-01-01 10:30+00') ORDER BY 1$$,
-                  $$VALUES ('queue.history_2031010110'), ('queue.history_2031010111'), ('queue.history_2031010112'), ('queue.history_2031010113')$$,
+SELECT results_eq($$SELECT partition FROM queue.rotate_partitions('2431-01-01 10:30+00') ORDER BY 1$$,
+                  $$VALUES ('queue.history_2431010110'), ('queue.history_2431010111'), ('queue.history_2431010112'), ('queue.history_2431010113')$$,
                   'hourly: the current hour and 3 ahead, named from their start (yyyymmddhh)');
-SELECT results_eq($$SELECT lo, hi FROM parts WHERE name = 'history_2031010110'$$,
-                  $$VALUES ('2031-01-01 10:00+00'::timestamptz, '2031-01-01 11:00+00'::timestamptz)$$,
+SELECT results_eq($$SELECT lo, hi FROM parts WHERE name = 'history_2431010110'$$,
+                  $$VALUES ('2431-01-01 10:00+00'::timestamptz, '2431-01-01 11:00+00'::timestamptz)$$,
                   'an hourly partition covers exactly its hour');
 
 SELECT pg_temp.reset();
 SELECT lives_ok($$SELECT queue.configure_history(partition_interval => '1 week', premake => 1, retention => '7 days')$$,
                 'setup: weekly partitions, 1 ahead');
-SELECT results_eq($$SELECT partition FROM queue.rotate_partitions('2031-03-05 12:00+00') ORDER BY 1$$,
-                  $$VALUES ('queue.history_20310303'), ('queue.history_20310310')$$,
-                  'weekly: the week from Monday 00:00 UTC (2031-03-03) and the next one');
+SELECT results_eq($$SELECT partition FROM queue.rotate_partitions('2431-03-05 12:00+00') ORDER BY 1$$,
+                  $$VALUES ('queue.history_24310303'), ('queue.history_24310310')$$,
+                  'weekly: the week from Monday 00:00 UTC (2431-03-03) and the next one');
 
 SELECT pg_temp.reset();
 SELECT lives_ok($$SELECT queue.configure_history(premake => 2)$$, 'setup: daily partitions, 2 ahead');
-SELECT lives_ok($$SELECT * FROM queue.rotate_partitions('2031-05-07 12:00+00')$$, 'setup: days 2031-05-07 to 05-09 exist');
+SELECT lives_ok($$SELECT * FROM queue.rotate_partitions('2431-05-07 12:00+00')$$, 'setup: days 2431-05-07 to 05-09 exist');
 SELECT lives_ok($$SELECT queue.configure_history(partition_interval => '7 days', premake => 1)$$, 'setup: switch to weeks');
-SELECT lives_ok($$SELECT * FROM queue.rotate_partitions('2031-05-07 12:00+00')$$, 'setup: rotate with weeks');
+SELECT lives_ok($$SELECT * FROM queue.rotate_partitions('2431-05-07 12:00+00')$$, 'setup: rotate with weeks');
 SELECT results_eq(
     $$SELECT name, lo, hi FROM parts ORDER BY lo$$,
-    $$VALUES ('history_20310505', '2031-05-05 00:00+00'::timestamptz, '2031-05-07 00:00+00'::timestamptz),
-             ('history_20310507', '2031-05-07 00:00+00', '2031-05-08 00:00+00'),
-             ('history_20310508', '2031-05-08 00:00+00', '2031-05-09 00:00+00'),
-             ('history_20310509', '2031-05-09 00:00+00', '2031-05-10 00:00+00'),
-             ('history_20310510', '2031-05-10 00:00+00', '2031-05-12 00:00+00'),
-             ('history_20310512', '2031-05-12 00:00+00', '2031-05-19 00:00+00')$$,
+    $$VALUES ('history_24310505', '2431-05-05 00:00+00'::timestamptz, '2431-05-07 00:00+00'::timestamptz),
+             ('history_24310507', '2431-05-07 00:00+00', '2431-05-08 00:00+00'),
+             ('history_24310508', '2431-05-08 00:00+00', '2431-05-09 00:00+00'),
+             ('history_24310509', '2431-05-09 00:00+00', '2431-05-10 00:00+00'),
+             ('history_24310510', '2431-05-10 00:00+00', '2431-05-12 00:00+00'),
+             ('history_24310512', '2431-05-12 00:00+00', '2431-05-19 00:00+00')$$,
     'after a change from days to weeks, the weeks are created around the existing days: no gap, no overlap');
 
 -- Partitions are UTC periods whatever the session's TimeZone (DST never makes a 23- or 25-hour day) -------
 SELECT pg_temp.reset();
 SET LOCAL TimeZone = 'America/New_York';
-SELECT lives_ok($$SELECT * FROM queue.rotate_partitions('2032-03-10 03:00+00')$$,
-                'setup: rotation in a session on New York time, across the 2032-03-14 DST change');
+SELECT lives_ok($$SELECT * FROM queue.rotate_partitions('2432-03-10 03:00+00')$$,
+                'setup: rotation in a session on New York time, across the 2432-03-14 DST change');
 SELECT results_eq(
     $$SELECT count(*)::integer, min(lo), bool_and(hi - lo = interval '24 hours') FROM parts$$,
-    $$VALUES (8, '2032-03-10 00:00+00'::timestamptz, true)$$,
+    $$VALUES (8, '2432-03-10 00:00+00'::timestamptz, true)$$,
     'the days start at 00:00 UTC and last 24 hours each, whatever the session TimeZone');
 RESET TimeZone;
 
 -- A table of the same name blocks one partition, not the rotation --------------------------------------------
 SELECT pg_temp.reset();
-CREATE TABLE queue.history_20311202 (id integer);
+CREATE TABLE queue.history_24311202 (id integer);
 SELECT lives_ok($$SELECT queue.configure_history(premake => 1)$$, 'setup: 1 day ahead');
-SELECT results_eq($$SELECT action, partition FROM queue.rotate_partitions('2031-12-01 12:00+00') ORDER BY partition$$,
-                  $$VALUES ('created', 'queue.history_20311201'), ('skipped: name taken', 'queue.history_20311202')$$,
+SELECT results_eq($$SELECT action, partition FROM queue.rotate_partitions('2431-12-01 12:00+00') ORDER BY partition$$,
+                  $$VALUES ('created', 'queue.history_24311201'), ('skipped: name taken', 'queue.history_24311202')$$,
                   'a table already named like a partition is reported as skipped: name taken; the rest is done');
 
 -- Errors and roles ----------------------------------------------------------------------------------------------

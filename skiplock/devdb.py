@@ -55,9 +55,11 @@ class Cluster:
     """One throwaway cluster. Use `with Cluster() as c:` or start()/stop()."""
 
     def __init__(self, durable: bool = False, settings: dict[str, str] | None = None,
-                 directory: Path | None = None, port: int | None = None) -> None:
+                 directory: Path | None = None, port: int | None = None,
+                 environment: dict[str, str] | None = None) -> None:
         self.durable = durable
         self.settings = dict(settings or {})
+        self.environment = dict(environment or {})  # added to the server's environment (the tests fake its clock)
         self.directory = directory
         self.port = port
         self.as_root = os.geteuid() == 0
@@ -82,7 +84,8 @@ class Cluster:
         cmd = [str(a) for a in args]
         if self.as_root:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
-        return subprocess.run(cmd, cwd="/", check=check, capture_output=True, text=True)
+        return subprocess.run(cmd, cwd="/", check=check, capture_output=True, text=True,
+                              env={**os.environ, **self.environment})
 
     def start(self) -> "Cluster":
         if self.directory is None:

@@ -1,7 +1,8 @@
--- release(id, lease): hands a running task back without counting the attempt; a stale lease
--- changes nothing; a retry stays a retry; a re-run starts over; shutdowns never use up attempts.
+-- release(id, lease, retry_in): hands a running task back without counting the attempt; a stale
+-- lease changes nothing; a retry stays a retry; a re-run starts over; shutdowns never use up
+-- attempts; with retry_in (a snooze) the task is due that long from now.
 BEGIN;
-SELECT plan(15);
+SELECT plan(23);
 
 CREATE TEMP TABLE made (name text PRIMARY KEY, id bigint);
 CREATE TEMP TABLE took (name text PRIMARY KEY, id bigint, payload jsonb, attempt integer, lease uuid,
@@ -63,6 +64,28 @@ SELECT results_eq(
     'SELECT status::text, attempt, rerun, payload FROM queue.live_tasks WHERE id = (SELECT id FROM made WHERE name = ''re'')',
     $$VALUES ('ready', 0, false, '{"v": 2}'::jsonb)$$,
     'released, a re-run task is ready from attempt 0 with its new payload');
+
+-- A snooze: released with retry_in, due that long from now, the attempt not counted either.
+SELECT throws_ok($$SELECT queue.release(1, gen_random_uuid(), retry_in => '-1 second')$$, '22023',
+                 'retry_in must not be negative', 'release with a negative retry_in raises 22023');
+INSERT INTO made VALUES ('sn', queue.enqueue('{"n": 3}', 'rl.sn', priority => 2));
+INSERT INTO made VALUES ('sn2', queue.enqueue('{"n": 4}', 'rl.sn', priority => 2));
+INSERT INTO took SELECT 'sn', k.* FROM queue.take_next('rl.sn') k;
+SELECT is(id, (SELECT id FROM made WHERE name = 'sn'), 'setup: the first task is taken') FROM took WHERE name = 'sn';
+SELECT throws_ok(format($$SELECT queue.release(%s, %L, retry_in => '-1 second')$$, id, lease), '22023',
+                 'retry_in must not be negative', 'a negative retry_in raises 22023 for a task that is held')
+  FROM took WHERE name = 'sn';
+SELECT is((SELECT status::text FROM queue.live_tasks WHERE id = (SELECT id FROM made WHERE name = 'sn')), 'running',
+          'and leaves it running');
+SELECT is(queue.release(id, lease, retry_in => '1 hour'), true, 'release with retry_in returns true') FROM took WHERE name = 'sn';
+SELECT results_eq(
+    'SELECT status::text, attempt, lease, run_at, priority FROM queue.live_tasks WHERE id = (SELECT id FROM made WHERE name = ''sn'')',
+    $$VALUES ('ready'::text, 0, NULL::uuid, now() + interval '1 hour', 2)$$,
+    'a snoozed task is ready, attempt back to 0, no lease, due an hour from now, same priority');
+SELECT is((SELECT array_agg(k.id) FROM queue.take_next('rl.sn', batch => 10) k),
+          ARRAY[(SELECT id FROM made WHERE name = 'sn2')], 'until then a take passes it by');
+SELECT is(queue.release(id, lease, retry_in => '0'), false, 'a snooze with a lease no longer current returns false')
+  FROM took WHERE name = 'sn';
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -42,7 +42,7 @@ def test_the_pgtap_suite_passes_whatever_the_date(clock: str, capsys: pytest.Cap
         print(f"\npgTAP from {began} to {ended} by the server's clock")
     assert began.year >= 2030, f"the server's clock is not faked: it reads {began}"
     if clock.startswith("@"):
-        assert began.date() < ended.date(), "the suite did not run across midnight: start the clock later"
+        assert began.date() < ended.date(), f"the suite did not run across midnight ({began} to {ended}): move the clock's start"
     assert code == 0 and "Result: PASS" in out, out[-4000:]
 
 

@@ -7,7 +7,9 @@
 -- Returns false, changing nothing, when the lease is not the task's current one (reaped,
 -- retaken, finished or cancelled meanwhile).
 -- The signature gained retry_in in revision 0019: the two-argument version goes first, so that a
--- call with two arguments has one function to resolve to.
+-- call with two arguments has one function to resolve to. No client breaks: every call of the
+-- old one, positional or named, resolves to the new one, retry_in taking its default.
+-- squawk-ignore ban-drop-function
 DROP FUNCTION IF EXISTS queue.release(bigint, uuid);
 CREATE OR REPLACE FUNCTION queue.release(id bigint, lease uuid, retry_in interval DEFAULT NULL)
     RETURNS boolean

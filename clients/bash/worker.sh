@@ -5,8 +5,10 @@
 #
 # The handler gets the task's payload (JSON) on stdin and TASK_ID, TASK_ATTEMPT, TASK_STAGE in
 # its environment. Exit 0: the task is done (queue.finish). Exit 100: it failed for good
-# (queue.fail fatal). Any other exit: the attempt failed and is retried after the stage's
-# backoff; the handler's stderr (its last 2,000 bytes) becomes the task's error text.
+# (queue.fail fatal). Exit 101: not now (a rate limit, a resource not ready): the task goes back,
+# due SNOOZE seconds later, its attempt not counted (queue.release with retry_in). Any other
+# exit: the attempt failed and is retried after the stage's backoff; the handler's stderr (its
+# last 2,000 bytes) becomes the task's error text.
 #
 # A background subshell heartbeats the tasks of the batch every LEASE/3 seconds while they run.
 # Wake-ups: psql only reports a NOTIFY after it runs a command, so a script cannot block on
@@ -18,7 +20,7 @@
 # SIGTERM or Ctrl-C: finish the batch in hand, then exit 0.
 #
 # Settings (environment): DATABASE_URL, STAGE (default), BATCH (10), LEASE seconds (60),
-# IDLE_WAIT seconds (5), PING seconds (0.1), PSQL (psql; on Debian /usr/bin/psql is a Perl
+# IDLE_WAIT seconds (5), SNOOZE seconds (10), PING seconds (0.1), PSQL (psql; on Debian /usr/bin/psql is a Perl
 # wrapper: /usr/lib/postgresql/<version>/bin/psql starts faster).
 # SQL values always travel as psql variables (-v name=value, used as :'name'), never pasted into
 # SQL text; psql does not expand variables in -c, so the SQL goes on stdin.
@@ -35,6 +37,8 @@ IDLE_WAIT=${IDLE_WAIT:-5}
 PING=${PING:-0.1}
 PSQL=${PSQL:-psql}
 FATAL_EXIT=100
+SNOOZE_EXIT=101
+SNOOZE=${SNOOZE:-10}
 WORKER_NAME="$(hostname):$$"
 BEAT=$(awk -v l="$LEASE" 'BEGIN { print l / 3 }')
 IDLE_WAIT_US=$(awk -v w="$IDLE_WAIT" 'BEGIN { printf "%d", w * 1000000 }')
@@ -59,6 +63,12 @@ SQL
 finish() {  # id lease; prints t, or f when the lease was no longer ours
     sql -v id="$1" -v lease="$2" <<'SQL'
 SELECT queue.finish(id => :'id'::bigint, lease => :'lease'::uuid)
+SQL
+}
+
+release() {  # id lease seconds; prints t, or f when the lease was no longer ours
+    sql -v id="$1" -v lease="$2" -v retry_in="$3 seconds" <<'SQL'
+SELECT queue.release(id => :'id'::bigint, lease => :'lease'::uuid, retry_in => :'retry_in'::interval)
 SQL
 }
 
@@ -123,6 +133,9 @@ run_task() {  # id lease attempt payload
     fi
     if (( rc == 0 )); then
         ok=$(finish "$id" "$lease")
+    elif (( rc == SNOOZE_EXIT )); then
+        ok=$(release "$id" "$lease" "$SNOOZE")
+        echo "snoozed $id for $SNOOZE s" >&2
     else
         error=$(tail -c 2000 "$errfile")
         [[ -n $error ]] || error="handler exited with status $rc"

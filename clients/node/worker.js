@@ -24,13 +24,26 @@ class Fail extends Error {
   }
 }
 
+class Snooze extends Error {
+  // Throw from a handler when the task cannot run yet (a rate limit, a resource not ready): it
+  // goes back, due `seconds` from now, and the attempt is not counted.
+  constructor(seconds) {
+    super(`snoozed for ${seconds.toFixed(3)} s`);
+    this.seconds = seconds;
+  }
+}
+
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-// Your work goes here. Resolve to finish the task; throw Fail (or any error) to fail it.
+// Your work goes here. Resolve to finish the task; throw Fail (or any error) to fail it, Snooze
+// to hand it back for later.
 // This example understands a few demo fields: {"sleep": s} works for s seconds,
-// {"fail_attempts": n} fails attempts 1..n, {"fatal": true} fails for good.
+// {"fail_attempts": n} fails attempts 1..n, {"fatal": true} fails for good,
+// {"snooze_until": t} snoozes until the Unix time t.
 async function handle(task) {
   const p = task.payload;
+  const left = Number(p.snooze_until || 0) - Date.now() / 1000;
+  if (left > 0) throw new Snooze(left);
   await sleep(1000 * Number(p.sleep || 0));
   if (p.fatal) throw new Fail('fatal by request', { fatal: true });
   if (task.attempt <= Number(p.fail_attempts || 0)) throw new Fail(`failing attempt ${task.attempt} by request`);
@@ -41,7 +54,7 @@ class Worker {
   constructor({ url, stage = 'default', batch = 10, lease = 60, idleWait = 5, handler = handle,
                 name = `${os.hostname()}:${process.pid}` }) {
     Object.assign(this, { url, stage, batch, lease, idleWait, handler, name });
-    this.counters = { taken: 0, finished: 0, failed: 0, lost: 0 };
+    this.counters = { taken: 0, finished: 0, failed: 0, snoozed: 0, lost: 0 };
     this.held = new Map();    // id -> lease of the tasks not finished or failed yet
     this.stopping = false;
     this.notified = false;
@@ -104,23 +117,37 @@ class Worker {
       this.counters.taken += 1;
       let error = null;
       let fatal = false;
+      let snooze = null;
       try {
         await this.handler(task);
       } catch (err) {
-        error = err instanceof Fail ? err.message : String(err && err.stack || err);
-        fatal = Boolean(err && err.fatal);
+        if (err instanceof Snooze) {
+          snooze = err.seconds;
+        } else {
+          error = err instanceof Fail ? err.message : String(err && err.stack || err);
+          fatal = Boolean(err && err.fatal);
+        }
       }
       if (!this.held.delete(task.id)) {
         console.error(`lease lost on ${task.id}: dropping the result`);
         continue;
       }
-      const { rows: [r] } = error === null
-        ? await db.query('SELECT queue.finish(id => $1, lease => $2) AS ok', [task.id, task.lease])
-        : await db.query('SELECT queue.fail(id => $1, lease => $2, error => $3, fatal => $4) AS ok',
-                         [task.id, task.lease, error, fatal]);
+      let r;
+      if (snooze !== null) {
+        [r] = (await db.query("SELECT queue.release(id => $1, lease => $2, retry_in => $3 * interval '1 second') AS ok",
+                              [task.id, task.lease, snooze])).rows;
+        console.error(`snoozed ${task.id} for ${snooze.toFixed(3)} s`);
+      } else if (error === null) {
+        [r] = (await db.query('SELECT queue.finish(id => $1, lease => $2) AS ok', [task.id, task.lease])).rows;
+      } else {
+        [r] = (await db.query('SELECT queue.fail(id => $1, lease => $2, error => $3, fatal => $4) AS ok',
+                              [task.id, task.lease, error, fatal])).rows;
+      }
       if (!r.ok) {           // false: the lease was no longer ours (reaped and retaken)
         this.counters.lost += 1;
         console.error(`lease lost on ${task.id}`);
+      } else if (snooze !== null) {
+        this.counters.snoozed += 1;
       } else if (error === null) {
         this.counters.finished += 1;
       } else {
@@ -149,4 +176,4 @@ if (require.main === module) {
   main().catch((err) => { console.error(err); process.exit(1); });
 }
 
-module.exports = { Worker, Fail, handle };
+module.exports = { Worker, Fail, Snooze, handle };

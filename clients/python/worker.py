@@ -4,7 +4,7 @@
     DATABASE_URL=postgresql://... STAGE=default python worker.py
 
 The loop: take a batch (queue.take_next), run handle() per task, then queue.finish or queue.fail
-with the task's lease. A heartbeat thread extends the leases of the batch while a handler runs
+with the task's lease, or queue.release with retry_in when the handler snoozes the task. A heartbeat thread extends the leases of the batch while a handler runs
 long. When the stage is empty the worker sleeps on LISTEN "skiplock.<stage>" (enqueue sends
 NOTIFY) and polls anyway every IDLE_WAIT seconds, so a lost notification never strands a task.
 SIGTERM or Ctrl-C: finish the batch in hand, then exit 0.
@@ -41,12 +41,25 @@ class Fail(Exception):
         self.fatal = fatal
 
 
+class Snooze(Exception):
+    """Raise from handle() when the task cannot run yet (a rate limit, a resource not ready): it
+    goes back, due `seconds` from now, and the attempt is not counted."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"snoozed for {seconds:.3f} s")
+        self.seconds = seconds
+
+
 def handle(task_id: int, payload: dict, attempt: int) -> None:
-    """Your work goes here. Return to finish the task; raise Fail (or any exception) to fail it.
+    """Your work goes here. Return to finish the task; raise Fail (or any exception) to fail it,
+    Snooze to hand it back for later.
 
     This example understands a few demo fields: {"sleep": s} works for s seconds,
-    {"fail_attempts": n} fails attempts 1..n, {"fatal": true} fails for good.
+    {"fail_attempts": n} fails attempts 1..n, {"fatal": true} fails for good,
+    {"snooze_until": t} snoozes until the Unix time t.
     """
+    if time.time() < float(payload.get("snooze_until", 0)):
+        raise Snooze(float(payload["snooze_until"]) - time.time())
     time.sleep(float(payload.get("sleep", 0)))
     if payload.get("fatal"):
         raise Fail("fatal by request", fatal=True)
@@ -106,9 +119,11 @@ def run_batch(conn: psycopg.Connection, heartbeat: Heartbeat) -> int:
     with heartbeat.mutex:
         heartbeat.held.update((r[0], r[3]) for r in rows)
     for task_id, payload, attempt, lease in rows:
-        error, fatal = None, False
+        error, fatal, snooze = None, False, None
         try:
             handle(task_id, payload, attempt)
+        except Snooze as s:
+            snooze = s.seconds
         except Fail as f:
             error, fatal = str(f), f.fatal
         except Exception as e:  # a bug in the handler is a failed attempt, retried with backoff
@@ -118,7 +133,11 @@ def run_batch(conn: psycopg.Connection, heartbeat: Heartbeat) -> int:
             if task_id in heartbeat.lost:
                 print(f"lease lost on {task_id}: dropping the result", file=sys.stderr, flush=True)
                 continue
-        if error is None:
+        if snooze is not None:
+            ok = conn.execute("SELECT queue.release(id => %s, lease => %s, retry_in => %s * interval '1 second')",
+                              (task_id, lease, snooze)).fetchone()[0]
+            print(f"snoozed {task_id} for {snooze:.3f} s", file=sys.stderr, flush=True)
+        elif error is None:
             ok = conn.execute("SELECT queue.finish(id => %s, lease => %s)", (task_id, lease)).fetchone()[0]
         else:
             ok = conn.execute("SELECT queue.fail(id => %s, lease => %s, error => %s, fatal => %s)",

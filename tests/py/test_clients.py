@@ -195,6 +195,28 @@ def test_client_drains_a_stage(language: str, url: str) -> None:
         assert reaper.reaped == 0, "a lease ran out: heartbeats did not keep the long task (or its batch)"
 
 
+def test_client_snoozes_a_task_without_counting_the_attempt(language: str, url: str) -> None:
+    """A handler that cannot run a task yet snoozes it (queue.release with retry_in): done later,
+    at attempt 1, with no error, though the stage allows a single attempt."""
+    stage = f"snooze_{language}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT queue.configure_stage(%s, max_attempts => 1)", (stage,))
+        until = time.time() + 1.5
+        ids = produce(language, url, stage, [{"n": n, "snooze_until": until} for n in range(3)])
+        worker = ClientWorker(language, url, stage, BATCH=3, IDLE_WAIT=0.3, SNOOZE=0.3)
+        try:
+            wait_until("the stage to drain", lambda: live_count(conn, stage) == 0, 60, worker)
+        finally:
+            code = worker.stop()
+        assert code == 0, worker.log()
+        rows = conn.execute("SELECT id, status::text, attempt, error_text, extract(epoch FROM started)::float8"
+                            "  FROM queue.history WHERE stage = %s", (stage,)).fetchall()
+    assert sorted(r[0] for r in rows) == sorted(ids), worker.log()
+    assert all(r[1:4] == ("done", 1, None) for r in rows), f"{rows}\n{worker.log()}"
+    assert all(r[4] >= until - 0.05 for r in rows), f"a task ran before its snooze ended: {rows}"
+    assert all(f"snoozed {i} for" in worker.log() for i in ids), worker.log()
+
+
 def test_client_drops_a_task_whose_lease_is_lost(language: str, url: str) -> None:
     """Cancelled while it runs: the next heartbeat gets SK001 and the worker drops its result."""
     stage = f"lost_{language}"

@@ -85,11 +85,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo.main(tasks=args.tasks, workers=args.workers)
 
 
-def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+def _positive(kind: Callable[[str], Any], zero: bool = False) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive: {text}")
+        if value < 0 or (value == 0 and not zero):
+            raise argparse.ArgumentTypeError(f"must be {'zero or more' if zero else 'positive'}: {text}")
         return value
     return parse
 
@@ -144,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
                        usage="skiplock worker [options] --stage STAGE -- COMMAND [ARG ...]",
                        description="Take tasks of a stage and run COMMAND once per task: the payload on its stdin, "
                                    "SKIPLOCK_TASK_ID, SKIPLOCK_ATTEMPT and SKIPLOCK_STAGE in its environment. "
-                                   "Exit 0 finishes the task; --fatal-exit-code fails it for good; any other exit "
+                                   "Exit 0 finishes the task; --fatal-exit-code fails it for good; --snooze-exit-code hands it back "
+                                   "for later without counting the attempt; any other exit "
                                    "fails it (retried per the stage's policy) with the last lines of stderr as the "
                                    "error. The lease is extended every third of its length while the command runs. "
                                    "SIGTERM or SIGINT: stop taking, let running commands finish (up to --grace), exit 0.")
@@ -153,6 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lease", type=_positive(float), default=None, metavar="SECONDS",
                    help="lease per attempt, renewed by heartbeats (default: the stage's lease_duration)")
     p.add_argument("--fatal-exit-code", type=int, default=None, metavar="N", help="this exit code fails the task for good (no retry)")
+    p.add_argument("--snooze-exit-code", type=int, default=None, metavar="N",
+                   help="this exit code means 'not now' (a rate limit, a resource not ready): the task goes back, "
+                        "due --snooze seconds later, the attempt not counted")
+    p.add_argument("--snooze", type=_positive(float, zero=True), default=10.0, metavar="SECONDS",
+                   help="how long a task handed back by --snooze-exit-code waits (default 10)")
     p.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
                    help="on SIGTERM, how long running commands may take before they are killed and their tasks "
                         "released (ready again, the attempt not counted; default 30)")

@@ -3,7 +3,8 @@
 Each of --concurrency slots is a thread with its own connection that loops: take one task
 (queue.take_next), run COMMAND with the payload on stdin and SKIPLOCK_TASK_ID, SKIPLOCK_ATTEMPT and
 SKIPLOCK_STAGE in its environment, heartbeat every third of the lease while it runs, then
-queue.finish (exit 0) or queue.fail (other exits; fatal for --fatal-exit-code). An idle slot sleeps
+queue.finish (exit 0), queue.release with retry_in (--snooze-exit-code: not now, due --snooze
+seconds later, the attempt not counted) or queue.fail (other exits; fatal for --fatal-exit-code). An idle slot sleeps
 on LISTEN "skiplock.<stage>" with a slow poll. Commands run in their own session, so a Ctrl-C on
 the terminal reaches the worker only, which then drains: it stops taking, lets running commands
 end within --grace, then kills the rest and releases their tasks (queue.release: ready again at once,
@@ -192,6 +193,8 @@ class Slot(threading.Thread):
                 self.end(task, "finish", None, started)
             elif a.fatal_exit_code is not None and proc.returncode == a.fatal_exit_code:
                 self.end(task, "fatal", error_text(proc.returncode, tail), started)
+            elif a.snooze_exit_code is not None and proc.returncode == a.snooze_exit_code:
+                self.end(task, "snooze", None, started)
             else:
                 self.end(task, "fail", error_text(proc.returncode, tail), started)
         finally:
@@ -257,6 +260,9 @@ class Slot(threading.Thread):
         elif how == "shutdown":
             # Not the task's fault: hand it back without using up an attempt.
             sql, params = "SELECT queue.release(%s, %s)", (task.id, task.lease)
+        elif how == "snooze":
+            sql = "SELECT queue.release(%s, %s, retry_in => %s::float8 * interval '1 second')"
+            params = (task.id, task.lease, a.snooze)
         else:
             sql = ("SELECT queue.fail(%s, %s, %s, fatal => %s, "
                    "retry_in => %s::float8 * interval '1 second')")
@@ -275,7 +281,8 @@ class Slot(threading.Thread):
             if not a.quiet:
                 sh.log(f"task {task.id}: lease lost before {how}: nothing recorded")
             return
-        word = {"finish": "done", "fail": "failed", "fatal": "fatal", "shutdown": "released (shutdown)"}[how]
+        word = {"finish": "done", "fail": "failed", "fatal": "fatal", "snooze": "snoozed",
+                "shutdown": "released (shutdown)"}[how]
         sh.count(word)
         if not a.quiet:
             first = (error or "").splitlines()[0] if error else ""
@@ -347,8 +354,8 @@ def run(url: str, args: argparse.Namespace) -> int:
     errors = [s.error for s in slots if s.error is not None]
     c = sh.counts
     if not args.quiet or errors:
-        sh.log(f"stopped: {c['done']} done, {c['failed']} failed, {c['fatal']} fatal, "
-               f"{c['failed (shutdown)']} interrupted, {c['lost']} lease lost")
+        sh.log(f"stopped: {c['done']} done, {c['failed']} failed, {c['fatal']} fatal, {c['snoozed']} snoozed, "
+               f"{c['released (shutdown)']} interrupted, {c['lost']} lease lost")
     for e in errors[:1]:
         message = e.diag.message_primary if isinstance(e, psycopg.Error) and e.diag.message_primary else str(e)
         sh.log(f"error: {message}")

@@ -140,6 +140,26 @@ def test_worker_fatal_exit_code(url: str, conn: psycopg.Connection) -> None:
     assert rows(conn, "cli.fatal") == [(task, "fatal", 1, "exit status 3; last lines of stderr:\nbad input")]
 
 
+def test_worker_snooze_exit_code_hands_the_task_back_without_counting_the_attempt(url: str, conn: psycopg.Connection,
+                                                                                    tmp_path: Path) -> None:
+    (task,) = enqueue(conn, "cli.snooze", {})
+    conn.execute("SELECT queue.configure_stage('cli.snooze', max_attempts => 1)")
+    # The first run snoozes (exit 75), the second works: one attempt in all, though two runs.
+    script = f'cat > /dev/null; [ -e "{tmp_path}/ran" ] && exit 0; touch "{tmp_path}/ran"; exit 75'
+    proc = run(url, "worker", "--stage", "cli.snooze", "--snooze-exit-code", "75", "--snooze", "0.5", "--until-empty",
+               "--", "sh", "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    assert "1 snoozed" in proc.stderr, proc.stderr
+    ((task_id, status, attempt, error, run_at, updated),) = conn.execute(
+        "SELECT id, status::text, attempt, error_text, run_at, updated FROM queue.live_tasks WHERE stage = 'cli.snooze'").fetchall()
+    assert (task_id, status, attempt, error) == (task, "ready", 0, None)  # handed back, nothing counted
+    assert 0.45 < (run_at - updated).total_seconds() < 0.55
+    time.sleep(0.6)
+    proc = run(url, "worker", "--stage", "cli.snooze", "--snooze-exit-code", "75", "--until-empty", "--", "sh", "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    assert rows(conn, "cli.snooze") == [(task, "done", 1, None)]
+
+
 def test_worker_failure_keeps_the_last_stderr_lines(url: str, conn: psycopg.Connection) -> None:
     (task,) = enqueue(conn, "cli.fail", {})
     script = 'for i in $(seq 1 30); do echo "line $i" >&2; done; exit 1'
@@ -244,6 +264,7 @@ def test_sigterm_past_the_grace_releases_the_tasks_without_using_an_attempt(url:
     result = conn.execute("SELECT status::text, attempt, run_at <= now(), error_text "
                           "FROM queue.tasks WHERE stage = 'cli.grace'").fetchall()
     assert result == [("ready", 0, True, None)] * 2
+    assert "2 interrupted" in err, err  # the summary counts them (it once read a counter never written)
 
 
 def test_worker_errors(url: str) -> None:

@@ -20,7 +20,10 @@
 -- entries of tasks finished since, which stay until vacuum removes them. Order
 -- stays exact across priorities; within one, a task that lands behind the position is taken once
 -- nothing past it is due, or within 5 s.
--- Locks: the claimed rows, until the caller's transaction ends. Writes nothing.
+-- Wake-ups: finding nothing due, it marks the stage as waited on (queue.stage_waiters, as
+-- take_next; a write about once per 30 s, kept when the caller's transaction commits), so that
+-- enqueues send NOTIFY skiplock.<stage> to a worker that LISTENs while it waits.
+-- Locks: the claimed rows, until the caller's transaction ends. Writes nothing when it claims.
 CREATE OR REPLACE FUNCTION queue.take_locked(
         stage text    DEFAULT 'default',
         batch integer DEFAULT 1)
@@ -149,8 +152,12 @@ BEGIN
         EXIT claim WHEN FOUND OR v_full;
         v_from_priority := NULL;  -- nothing due past the position: look from the beginning
     END LOOP;
+    -- Nothing due: the caller will wait on the stage's channel, so enqueues must NOTIFY.
+    IF NOT FOUND THEN
+        PERFORM queue._mark_waiting(take_locked.stage);
+    END IF;
 END
 $$;
-COMMENT ON FUNCTION queue.take_locked(text, integer) IS 'Claims up to batch due tasks of a stage for the caller''s transaction, by row lock only (FOR UPDATE SKIP LOCKED; order as take_next): writes nothing, no lease. Run the task in that transaction and end it there with finish_locked or fail_locked; a rollback or a killed worker gives it back at once, its attempt not counted. Call at the top level of BEGIN … COMMIT, for short tasks (the open transaction holds back vacuum). Raises 0A000 for stages with max_running or group_limit, 42501 for a restricted stage; returns nothing while paused. Starts where the session''s last claim ended, as take_next.';
+COMMENT ON FUNCTION queue.take_locked(text, integer) IS 'Claims up to batch due tasks of a stage for the caller''s transaction, by row lock only (FOR UPDATE SKIP LOCKED; order as take_next): writes nothing, no lease (finding nothing due, it marks the stage as waited on in stage_waiters, as take_next, so that enqueues NOTIFY). Run the task in that transaction and end it there with finish_locked or fail_locked; a rollback or a killed worker gives it back at once, its attempt not counted. Call at the top level of BEGIN … COMMIT, for short tasks (the open transaction holds back vacuum). Raises 0A000 for stages with max_running or group_limit, 42501 for a restricted stage; returns nothing while paused. Starts where the session''s last claim ended, as take_next.';
 REVOKE ALL ON FUNCTION queue.take_locked(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.take_locked(text, integer) TO skiplock_worker, skiplock_admin;

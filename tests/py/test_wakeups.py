@@ -2,7 +2,7 @@
 
 NOTIFY makes every notifying commit queue on one database-wide lock (bench/NOTIFY.md), so
 enqueue sends it only while queue.stage_waiters says a worker found the stage empty in the last
-minute (take_next writes that). A busy stage, whose workers always find work, enqueues without
+minute (take_next and take_locked write that). A busy stage, whose workers always find work, enqueues without
 NOTIFY; an idle one wakes its workers within milliseconds.
 """
 
@@ -52,6 +52,20 @@ def test_finish_into_a_waited_on_stage_notifies_it(conn: psycopg.Connection, lis
     task_id, lease = conn.execute("SELECT id, lease FROM queue.take_next('wake.first')").fetchone()
     assert conn.execute("SELECT queue.finish(%s, %s, next_stage => 'wake.next')", (task_id, lease)).fetchone()[0]
     assert channels(listener, 2.0) == ["skiplock.wake.next"]
+
+
+def test_a_take_locked_worker_finding_the_stage_empty_is_woken_by_the_next_enqueue(db: str, conn: psycopg.Connection):
+    # The take_locked loop: LISTEN, then BEGIN; take_locked; … COMMIT, and wait when it took nothing.
+    with psycopg.connect(db) as worker:
+        worker.execute('LISTEN "skiplock.wake.locked"')
+        worker.commit()
+        assert worker.execute("SELECT count(*) FROM queue.take_locked('wake.locked')").fetchone()[0] == 0
+        worker.commit()
+        task_id = conn.execute("SELECT queue.enqueue('{}', 'wake.locked')").fetchone()[0]
+        assert channels(worker, 2.0) == ["skiplock.wake.locked"], "the enqueue did not wake the take_locked worker"
+        assert worker.execute("SELECT id FROM queue.take_locked('wake.locked')").fetchone()[0] == task_id
+        assert worker.execute("SELECT queue.finish_locked(%s)", (task_id,)).fetchone()[0]
+        worker.commit()
 
 
 def test_wakeups_stop_a_minute_after_the_last_empty_take(conn: psycopg.Connection, listener: psycopg.Connection):

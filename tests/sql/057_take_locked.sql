@@ -2,7 +2,7 @@
 -- transaction. The take writes nothing; only the transaction that holds a task's lock can end
 -- it; what it ends goes where finish() and fail() send it. (Two transactions: tests/py/test_take_locked.py.)
 BEGIN;
-SELECT plan(50);
+SELECT plan(55);
 
 CREATE TEMP TABLE took (name text PRIMARY KEY, id bigint, payload jsonb, attempt integer, priority integer, key text);
 
@@ -104,6 +104,17 @@ SELECT throws_ok($$SELECT * FROM queue.take_locked('lk.grp')$$, '0A000', NULL, '
 SELECT queue.enqueue('{"n": 10}', 'lk.paused') AS z1 \gset
 DO $$ BEGIN PERFORM queue.configure_stage('lk.paused', paused => true); END $$;
 SELECT is_empty($$SELECT 1 FROM queue.take_locked('lk.paused')$$, 'a paused stage hands out nothing');
+SELECT is((SELECT count(*)::integer FROM queue.stage_waiters WHERE stage = 'lk.paused'), 0,
+          'a paused stage is not marked as waited on');
+
+-- Wake-ups: an empty take marks the stage, so that enqueues NOTIFY a worker that LISTENs.
+SELECT is_empty($$SELECT 1 FROM queue.take_locked('lk.wait')$$, 'an empty stage hands out nothing');
+SELECT ok((SELECT until > now() + interval '50 seconds' FROM queue.stage_waiters WHERE stage = 'lk.wait'),
+          'a take_locked that finds nothing due marks the stage as waited on for a minute');
+SELECT queue.enqueue('{"n": 12}', 'lk.busy') AS w1 \gset
+SELECT is((SELECT count(*)::integer FROM queue.take_locked('lk.busy')), 1, 'a task is taken');
+SELECT is((SELECT count(*)::integer FROM queue.stage_waiters WHERE stage = 'lk.busy'), 0,
+          'a take_locked that claims does not mark the stage');
 SELECT throws_ok($$SELECT * FROM queue.take_locked('lk.a', 0)$$, '22023', 'batch out of range', 'batch 0 is 22023');
 SELECT throws_ok($$SELECT * FROM queue.take_locked('lk.a', NULL)$$, '22023', NULL, 'a NULL batch is 22023');
 SELECT throws_ok($$SELECT * FROM queue.take_locked(NULL)$$, '22004', NULL, 'a NULL stage is 22004');

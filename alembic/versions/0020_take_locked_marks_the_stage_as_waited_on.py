@@ -1,4 +1,4 @@
-"""take_locked marks the stage as waited on
+"""take_locked marks the stage as waited on; marking never waits
 
 Revision ID: 0020
 Revises: 0019
@@ -15,10 +15,14 @@ depends_on = None
 
 HERE = Path(__file__).parent / '0020_take_locked_marks_the_stage_as_waited_on'
 UPGRADE = [
+    'alter/tables/stage_waiters.sql',
+    'functions/_mark_waiting.sql',
     'functions/take_locked.sql',
 ]
 DOWNGRADE = [
     'functions/take_locked.sql',
+    'functions/_mark_waiting.sql',
+    'alter/tables/stage_waiters.sql',
 ]
 
 

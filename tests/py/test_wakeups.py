@@ -8,6 +8,7 @@ NOTIFY; an idle one wakes its workers within milliseconds.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import psycopg
@@ -66,6 +67,28 @@ def test_a_take_locked_worker_finding_the_stage_empty_is_woken_by_the_next_enque
         assert worker.execute("SELECT id FROM queue.take_locked('wake.locked')").fetchone()[0] == task_id
         assert worker.execute("SELECT queue.finish_locked(%s)", (task_id,)).fetchone()[0]
         worker.commit()
+
+
+@pytest.mark.parametrize("first_mark", [False, True], ids=["stale_mark", "no_mark_yet"])
+def test_an_empty_take_never_waits_on_a_mark_another_open_transaction_writes(db: str, conn: psycopg.Connection,
+                                                                             first_mark: bool):
+    # A take_locked worker found 'wake.held' empty and runs on in its transaction (another stage's
+    # task, say): its mark is written but not committed. Other workers' empty takes must not wait
+    # on it (take_next never waits), and its mark counts once it commits.
+    if not first_mark:
+        conn.execute("INSERT INTO queue.stage_waiters (stage, until) VALUES ('wake.held', now() + interval '5 seconds')")
+    with psycopg.connect(db) as holder:
+        assert holder.execute("SELECT count(*) FROM queue.take_locked('wake.held')").fetchone()[0] == 0
+        conn.execute("SET lock_timeout = '3s'")  # a wait shows as an error, not a hang
+        for take in ("SELECT count(*) FROM queue.take_next('wake.held')",
+                     "SELECT count(*) FROM queue.take_locked('wake.held')"):
+            started = time.monotonic()
+            assert conn.execute(take).fetchone()[0] == 0
+            assert time.monotonic() - started < 0.5, f"{take} waited on the open transaction's mark"
+        conn.execute("RESET lock_timeout")
+        holder.commit()
+    left = conn.execute("SELECT until - now() FROM queue.stage_waiters WHERE stage = 'wake.held'").fetchone()[0]
+    assert left.total_seconds() > 50, "the mark was not refreshed"
 
 
 def test_wakeups_stop_a_minute_after_the_last_empty_take(conn: psycopg.Connection, listener: psycopg.Connection):

@@ -73,9 +73,12 @@ SELECT is_empty(
          -- finishes forms behind the wait.
          AND NOT (p.oid IN ('queue.compact()'::regprocedure, 'queue.rotate_partitions(timestamptz)'::regprocedure)
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",lock_timeout=100ms}')
+         -- _mark_waiting never waits long: a take that finds its stage empty calls it.
+         AND NOT (p.oid = 'queue._mark_waiting(text)'::regprocedure
+                  AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",lock_timeout=10ms}')
          -- A procedure with a SET clause cannot COMMIT; run_sql_tasks qualifies every name.
          AND p.oid <> 'queue.run_sql_tasks(text,integer,text,integer)'::regprocedure$$,
-    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next and take_locked add plan_cache_mode=force_generic_plan, compact and rotate_partitions lock_timeout=100ms) (listed: those that do not)'
+    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next and take_locked add plan_cache_mode=force_generic_plan, compact and rotate_partitions lock_timeout=100ms, _mark_waiting lock_timeout=10ms) (listed: those that do not)'
 );
 
 -- Comments: what \df+ and \d+ show a DBA.

@@ -46,6 +46,7 @@ BEGIN
                   FROM queue.live_tasks l
                  WHERE l.stage = _take_grouped.stage
                    AND l.status IN ('ready', 'error')
+                   AND l.run_as IS NULL  -- SQL tasks are run_sql_tasks', run in their role's sessions
                    AND l.run_at <= _take_grouped.taken_at
                    AND (l.group_key IS NULL OR l.group_key <> ALL (v_capped))
                  ORDER BY l.priority, l.run_at, l.id
@@ -72,6 +73,7 @@ BEGIN
              WHERE l.id IN (SELECT f.id FROM fits f)
                AND l.stage = _take_grouped.stage
                AND l.status IN ('ready', 'error')
+               AND l.run_as IS NULL
                AND l.run_at <= _take_grouped.taken_at
                FOR UPDATE SKIP LOCKED
         )

@@ -1,6 +1,7 @@
 -- enqueue_sql(request, stage, run_at, timeout, priority, key, mode, repeat, drift, max, keep_history):
 -- add an SQL task (pg_task style): run_sql_tasks, called in a session of the role that called
--- enqueue_sql, runs `request` (one statement) at run_at and stores its response in the task's
+-- enqueue_sql, runs `request` (one statement advised: several all run, and the result
+-- describes only part of them; see the README) at run_at and stores its response in the task's
 -- history row (result). The role is the caller's current role (SET ROLE, else the login).
 --   timeout       the statement is cancelled after it (by the executor's watchdog); NULL: the
 --                 stage's lease_duration bounds it.
@@ -68,6 +69,15 @@ BEGIN
     v_payload := pg_catalog.jsonb_build_object('sql', enqueue_sql.request,
                                                'timeout', enqueue_sql.timeout::text,
                                                'keep_history', enqueue_sql.keep_history);
+    -- The payload wraps the request in a few dozen bytes: a request just under 1 MiB must get
+    -- this error, not enqueue's "payload too large".
+    IF pg_catalog.pg_column_size(v_payload) > 1048576 THEN
+        RAISE EXCEPTION 'request too large'
+            USING ERRCODE = '54000',
+                  DETAIL = pg_catalog.format('The request has %s bytes; stored with its options it takes %s, over 1048576.',
+                                             pg_catalog.octet_length(enqueue_sql.request), pg_catalog.pg_column_size(v_payload)),
+                  HINT = 'A request is at most 1 MiB with its options; call a function that holds the logic instead.';
+    END IF;
 
     IF enqueue_sql.key IS NOT NULL THEN
         -- A key of another role's task, or of an ordinary task, is not this caller's to touch.
@@ -110,6 +120,6 @@ BEGIN
     RETURN v_id;
 END
 $$;
-COMMENT ON FUNCTION queue.enqueue_sql(text, text, timestamptz, interval, integer, text, text, interval, boolean, integer, boolean) IS 'Adds an SQL task and returns its id: run_sql_tasks, in a session of the calling role, runs request (one statement) at run_at, cancels it after timeout, stores its rows in the history row''s result (none with keep_history => false), retries errors by the stage''s policy. key/mode/repeat/drift as enqueue; max sets the stage''s max_running. Members of skiplock_sql only. Raises 22004/22023/54000 for bad arguments, 42501 for a key held by another role''s task.';
+COMMENT ON FUNCTION queue.enqueue_sql(text, text, timestamptz, interval, integer, text, text, interval, boolean, integer, boolean) IS 'Adds an SQL task and returns its id: run_sql_tasks, in a session of the calling role, runs request (best one statement; several all run, the result describes part of them) at run_at, cancels it after timeout, stores its rows in the history row''s result (none with keep_history => false), retries errors by the stage''s policy. key/mode/repeat/drift as enqueue; max sets the stage''s max_running. Members of skiplock_sql only. Raises 22004/22023/54000 for bad arguments, 42501 for a key held by another role''s task.';
 REVOKE ALL ON FUNCTION queue.enqueue_sql(text, text, timestamptz, interval, integer, text, text, interval, boolean, integer, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.enqueue_sql(text, text, timestamptz, interval, integer, text, text, interval, boolean, integer, boolean) TO skiplock_sql, skiplock_admin;

@@ -70,6 +70,7 @@ BEGIN
             v_next := queue._next_slot(v_task.slot, v_task.repeat, v_task.drift, v_now);
             UPDATE queue.live_tasks t
                SET status = 'ready', attempt = 0, run_at = v_next, slot = v_next,
+                   lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
                    error_text = NULL, updated = v_now
              WHERE t.id = v_task.id;
         END IF;

@@ -64,6 +64,7 @@ BEGIN
     ), rearmed AS (
         UPDATE queue.live_tasks t
            SET status = 'ready', attempt = 0, run_at = c.next_slot, slot = c.next_slot,
+               lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
                error_text = NULL, updated = v_now
           FROM cur c
          WHERE t.id = c.id

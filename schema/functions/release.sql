@@ -35,6 +35,8 @@ BEGIN
                          ELSE 'error'::queue.task_status END,
            attempt = CASE WHEN t.rerun THEN 0 ELSE GREATEST(t.attempt - 1, 0) END,
            run_at = coalesce(pg_catalog.now() + release.retry_in, t.run_at),
+           -- a re-run starts clean: the error belongs to the run it replaced
+           error_text = CASE WHEN t.rerun THEN NULL ELSE t.error_text END,
            rerun = false, lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
            updated = pg_catalog.now()
      WHERE t.id = release.id AND t.lease = release.lease;

@@ -15,6 +15,8 @@
 -- shows as 'ready' in queue.live_tasks while it runs. Stages with max_running or group_limit
 -- count running tasks, which this take does not make: it raises 0A000 for them. A paused stage
 -- hands out nothing; a restricted one (grant_stage) raises 42501 unless the caller may take.
+-- SQL tasks (enqueue_sql) are left to run_sql_tasks, as in take_next. Several takes in one
+-- transaction hand out different tasks: one the transaction already holds is skipped.
 -- Claim position: as take_next, each session starts where its last claim in the stage ended
 -- (setting skiplock.claim_hint, shared with take_next), so that it does not walk the index
 -- entries of tasks finished since, which stay until vacuum removes them. Order
@@ -48,6 +50,8 @@ DECLARE
     v_from_id       bigint;
     v_rescan_at     text;
     v_full          boolean := false;
+    -- NULL until the transaction has locked or written something, and so holds no task yet.
+    v_own_xid       xid := pg_catalog.xid(pg_catalog.pg_current_xact_id_if_assigned());
 BEGIN
     IF take_locked.stage IS NULL OR take_locked.stage IN ('', '*') OR pg_catalog.octet_length(take_locked.stage) > 54 THEN
         PERFORM queue._check_stage(take_locked.stage);
@@ -108,6 +112,7 @@ BEGIN
               FROM queue.live_tasks c
              WHERE c.stage = take_locked.stage
                AND c.status IN ('ready', 'error')
+               AND c.run_as IS NULL
                AND c.priority < v_from_priority
                AND c.run_at <= v_now
              ORDER BY c.priority, c.run_at, c.id
@@ -115,6 +120,9 @@ BEGIN
             v_from_priority := NULL;  -- a task of a lower priority number is due: from the beginning
         END IF;
     END IF;
+    -- SQL tasks (run_as set) are run_sql_tasks', in a session of their role: skipped here. And
+    -- SKIP LOCKED does not skip this transaction's own locks: without the xmax test a second take
+    -- in the same transaction would hand out again a task it holds.
     <<claim>>
     LOOP
         IF v_from_priority IS NULL THEN
@@ -130,7 +138,9 @@ BEGIN
               FROM queue.live_tasks c
              WHERE c.stage = take_locked.stage
                AND c.status IN ('ready', 'error')
+               AND c.run_as IS NULL
                AND c.run_at <= v_now
+               AND (v_own_xid IS NULL OR c.xmax <> v_own_xid)
                AND (c.priority, c.run_at, c.id) >= (v_from_priority, v_from_run_at, v_from_id)
              ORDER BY c.priority, c.run_at, c.id
              LIMIT take_locked.batch
@@ -158,6 +168,6 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue.take_locked(text, integer) IS 'Claims up to batch due tasks of a stage for the caller''s transaction, by row lock only (FOR UPDATE SKIP LOCKED; order as take_next): writes nothing, no lease (finding nothing due, it marks the stage as waited on in stage_waiters, as take_next, so that enqueues NOTIFY). Run the task in that transaction and end it there with finish_locked or fail_locked; a rollback or a killed worker gives it back at once, its attempt not counted. Call at the top level of BEGIN … COMMIT, for short tasks (the open transaction holds back vacuum). Raises 0A000 for stages with max_running or group_limit, 42501 for a restricted stage; returns nothing while paused. Starts where the session''s last claim ended, as take_next.';
+COMMENT ON FUNCTION queue.take_locked(text, integer) IS 'Claims up to batch due tasks of a stage for the caller''s transaction, by row lock only (FOR UPDATE SKIP LOCKED; order as take_next): writes nothing, no lease (finding nothing due, it marks the stage as waited on in stage_waiters, as take_next, so that enqueues NOTIFY). Run the task in that transaction and end it there with finish_locked or fail_locked; a rollback or a killed worker gives it back at once, its attempt not counted. Call at the top level of BEGIN … COMMIT, for short tasks (the open transaction holds back vacuum). Leaves SQL tasks to run_sql_tasks; a second take in the same transaction skips the tasks it holds. Raises 0A000 for stages with max_running or group_limit, 42501 for a restricted stage; returns nothing while paused. Starts where the session''s last claim ended, as take_next.';
 REVOKE ALL ON FUNCTION queue.take_locked(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.take_locked(text, integer) TO skiplock_worker, skiplock_admin;

@@ -14,6 +14,8 @@
 -- is skipped, never waited on (see _take_grouped). Stages without limits take no lock and run
 -- the claim query alone. A paused stage (configure_stage(stage, paused => true)) hands out nothing.
 -- A restricted stage (see grant_stage) raises 42501 unless the caller may take from it.
+-- SQL tasks (enqueue_sql) are never handed out here: run_sql_tasks runs them, in a session of
+-- the role that enqueued them.
 -- Claim position: a session remembers where its last claim in a stage ended (the session
 -- setting skiplock.claim_hint) and its next claim starts there, so it does not walk the index
 -- entries of tasks already taken, which pile up while an old snapshot holds back vacuum. Order
@@ -154,6 +156,7 @@ BEGIN
               FROM queue.live_tasks c
              WHERE c.stage = take_next.stage
                AND c.status IN ('ready', 'error')
+               AND c.run_as IS NULL
                AND c.priority < v_from_priority
                AND c.run_at <= v_now
              ORDER BY c.priority, c.run_at, c.id
@@ -172,6 +175,7 @@ BEGIN
             v_rescan_at     := ((pg_catalog.date_part('epoch', v_now) + 5) * 1000000)::bigint::text;
             v_full          := true;
         END IF;
+        -- SQL tasks (run_as set) are run_sql_tasks', in a session of their role: skipped here.
         -- The ids go in as an array, not joined from a CTE: with batch unknown, the generic plan
         -- of a join assumes thousands of picked rows and hashes a Seq Scan of the table; = ANY
         -- probes the primary key, so PL/pgSQL keeps one generic plan instead of planning every call.
@@ -190,6 +194,7 @@ BEGIN
                       FROM queue.live_tasks c
                      WHERE c.stage = take_next.stage
                        AND c.status IN ('ready', 'error')
+                       AND c.run_as IS NULL
                        AND c.run_at <= v_now
                        AND (c.priority, c.run_at, c.id) >= (v_from_priority, v_from_run_at, v_from_id)
                      ORDER BY c.priority, c.run_at, c.id
@@ -220,6 +225,6 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue.take_next(text, integer, interval, text) IS 'Claims up to batch due tasks of a stage (lowest priority, then run_at, then id; FOR UPDATE SKIP LOCKED, never waits) and returns each with its attempt and lease token. Each session starts its claim where its previous one ended (setting skiplock.claim_hint; from the beginning when a lower priority number is due, nothing is due past that point, or every 5 s). Locks only the rows it claims; a stage with max_running or group_limit also serialises its takers on an advisory lock until their transaction ends (limits hold for READ COMMITTED callers). Finding nothing due it marks the stage as waited on (stage_waiters), so enqueues NOTIFY. Returns nothing while the stage is paused; raises 42501 when the stage is restricted to other roles (grant_stage).';
+COMMENT ON FUNCTION queue.take_next(text, integer, interval, text) IS 'Claims up to batch due tasks of a stage (lowest priority, then run_at, then id; FOR UPDATE SKIP LOCKED, never waits) and returns each with its attempt and lease token. Each session starts its claim where its previous one ended (setting skiplock.claim_hint; from the beginning when a lower priority number is due, nothing is due past that point, or every 5 s). Locks only the rows it claims; a stage with max_running or group_limit also serialises its takers on an advisory lock until their transaction ends (limits hold for READ COMMITTED callers). Finding nothing due it marks the stage as waited on (stage_waiters), so enqueues NOTIFY. Leaves SQL tasks (enqueue_sql) to run_sql_tasks. Returns nothing while the stage is paused; raises 42501 when the stage is restricted to other roles (grant_stage).';
 REVOKE ALL ON FUNCTION queue.take_next(text, integer, interval, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.take_next(text, integer, interval, text) TO skiplock_worker, skiplock_admin;

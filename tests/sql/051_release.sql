@@ -2,7 +2,7 @@
 -- lease changes nothing; a retry stays a retry; a re-run starts over; shutdowns never use up
 -- attempts; with retry_in (a snooze) the task is due that long from now.
 BEGIN;
-SELECT plan(23);
+SELECT plan(25);
 
 CREATE TEMP TABLE made (name text PRIMARY KEY, id bigint);
 CREATE TEMP TABLE took (name text PRIMARY KEY, id bigint, payload jsonb, attempt integer, lease uuid,
@@ -64,6 +64,18 @@ SELECT results_eq(
     'SELECT status::text, attempt, rerun, payload FROM queue.live_tasks WHERE id = (SELECT id FROM made WHERE name = ''re'')',
     $$VALUES ('ready', 0, false, '{"v": 2}'::jsonb)$$,
     'released, a re-run task is ready from attempt 0 with its new payload');
+
+-- A re-run starts clean: the error of the run it replaced does not make it an error-state task.
+INSERT INTO made VALUES ('re2', queue.enqueue('{"v": 1}', 'rl.re2', key => 'k2'));
+INSERT INTO took SELECT 're2a', k.* FROM queue.take_next('rl.re2') k;
+SELECT queue.fail(id, lease, 'boom v1', retry_in => interval '0') FROM took WHERE name = 're2a';
+INSERT INTO took SELECT 're2b', k.* FROM queue.take_next('rl.re2') k;
+SELECT queue.enqueue('{"v": 2}', 'rl.re2', key => 'k2', mode => 'rerun');
+SELECT is(queue.release(id, lease), true, 'a retried task marked for re-run is released') FROM took WHERE name = 're2b';
+SELECT results_eq(
+    'SELECT status::text, attempt, error_text, payload FROM queue.live_tasks WHERE id = (SELECT id FROM made WHERE name = ''re2'')',
+    $$VALUES ('ready', 0, NULL::text, '{"v": 2}'::jsonb)$$,
+    'released, a re-run of a failed task is ready from attempt 0, without the old run''s error');
 
 -- A snooze: released with retry_in, due that long from now, the attempt not counted either.
 SELECT throws_ok($$SELECT queue.release(1, gen_random_uuid(), retry_in => '-1 second')$$, '22023',

@@ -2,7 +2,7 @@
 -- transaction. The take writes nothing; only the transaction that holds a task's lock can end
 -- it; what it ends goes where finish() and fail() send it. (Two transactions: tests/py/test_take_locked.py.)
 BEGIN;
-SELECT plan(55);
+SELECT plan(61);
 
 CREATE TEMP TABLE took (name text PRIMARY KEY, id bigint, payload jsonb, attempt integer, priority integer, key text);
 
@@ -21,10 +21,10 @@ SELECT set_eq('SELECT * FROM queue.live_tasks WHERE stage = ''lk.a''', 'SELECT *
 SELECT is((SELECT bool_and(t.xmax = xid(pg_current_xact_id())) FROM queue.live_tasks t JOIN took USING (id)), true,
           'the taken rows are locked by this transaction');
 -- The session's claim position (skiplock.claim_hint) is the last task taken: a second take starts
--- there. A lock of this transaction does not stop it, so it returns that task again.
+-- there, and skips the tasks this transaction already holds (SKIP LOCKED alone would not).
 SELECT results_eq($$SELECT id FROM queue.take_locked('lk.a', 5) ORDER BY id$$,
-                  format('VALUES (%s::bigint), (%s)', :a1, :a3),
-                  'a second take in the same transaction starts where the first ended: the last task taken again (not ended yet), then the next due, no task not due');
+                  format('VALUES (%s::bigint)', :a1),
+                  'a second take in the same transaction gets the next due task, none it holds already, no task not due');
 
 -- finish_locked ends a task this transaction holds, once.
 SELECT is(queue.finish_locked(:a2, worker => 'w1'), true, 'finish_locked of a task this transaction took returns true');
@@ -89,10 +89,20 @@ SELECT results_eq(format('SELECT status::text, attempt, error_text FROM queue.hi
 
 -- A periodic task is recorded and re-armed.
 SELECT queue.enqueue('{"n": 9}', 'lk.p', repeat => interval '1 hour') AS p1 \gset
+-- As left by an earlier attempt through take_next that failed: the re-arm must clear them.
+UPDATE queue.live_tasks SET worker = 'lease-worker', started = now() - interval '1 minute' WHERE id = :p1;
 SELECT is((SELECT count(*)::integer FROM queue.take_locked('lk.p')), 1, 'a periodic task is taken');
 SELECT is(queue.finish_locked(:p1), true, 'finish_locked of a periodic task returns true');
-SELECT results_eq(format('SELECT status::text, attempt, run_at > now() FROM queue.live_tasks WHERE id = %s', :p1),
-                  $$VALUES ('ready', 0, true)$$, 'the periodic task is re-armed for its next run');
+SELECT results_eq(format('SELECT status::text, attempt, run_at > now(), worker, started FROM queue.live_tasks WHERE id = %s', :p1),
+                  $$VALUES ('ready', 0, true, NULL::text, NULL::timestamptz)$$,
+                  'the periodic task is re-armed for its next run, with no worker or start of a past attempt');
+SELECT queue.enqueue('{"n": 15}', 'lk.p2', repeat => interval '1 hour') AS p2 \gset
+UPDATE queue.live_tasks SET worker = 'lease-worker', started = now() - interval '1 minute' WHERE id = :p2;
+SELECT is((SELECT count(*)::integer FROM queue.take_locked('lk.p2')), 1, 'another periodic task is taken');
+SELECT is(queue.fail_locked(:p2, 'bad', fatal => true), true, 'fail_locked(fatal) of a periodic task returns true');
+SELECT results_eq(format('SELECT status::text, attempt, worker, started FROM queue.live_tasks WHERE id = %s', :p2),
+                  $$VALUES ('ready', 0, NULL::text, NULL::timestamptz)$$,
+                  'fail_locked re-arms it the same way');
 SELECT is((SELECT status::text FROM queue.history WHERE id = :p1), 'done', 'its run is recorded done');
 
 -- Stages it cannot serve, and bad arguments.
@@ -106,6 +116,13 @@ DO $$ BEGIN PERFORM queue.configure_stage('lk.paused', paused => true); END $$;
 SELECT is_empty($$SELECT 1 FROM queue.take_locked('lk.paused')$$, 'a paused stage hands out nothing');
 SELECT is((SELECT count(*)::integer FROM queue.stage_waiters WHERE stage = 'lk.paused'), 0,
           'a paused stage is not marked as waited on');
+
+-- Several takes in one transaction: SKIP LOCKED does not skip the transaction's own locks.
+SELECT queue.enqueue('{"n": 13}', 'lk.twice') AS t1 \gset
+SELECT queue.enqueue('{"n": 14}', 'lk.twice') AS t2 \gset
+SELECT is((SELECT id FROM queue.take_locked('lk.twice')), :t1::bigint, 'the first take in a transaction gets the first task');
+SELECT is((SELECT id FROM queue.take_locked('lk.twice')), :t2::bigint, 'a second take in the same transaction gets the next task, not the one it holds');
+SELECT is_empty($$SELECT 1 FROM queue.take_locked('lk.twice', 5)$$, 'a third finds nothing: both tasks are this transaction''s');
 
 -- Wake-ups: an empty take marks the stage, so that enqueues NOTIFY a worker that LISTENs.
 SELECT is_empty($$SELECT 1 FROM queue.take_locked('lk.wait')$$, 'an empty stage hands out nothing');

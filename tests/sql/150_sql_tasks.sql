@@ -3,7 +3,7 @@
 -- run_sql_tasks itself commits, so it cannot run inside this transaction: tests/py/test_sql_tasks.py
 -- drives it.
 BEGIN;
-SELECT plan(55);
+SELECT plan(60);
 
 CREATE ROLE skiplock_t_alice NOLOGIN IN ROLE skiplock_sql;
 CREATE ROLE skiplock_t_bob NOLOGIN IN ROLE skiplock_sql;
@@ -166,6 +166,32 @@ SELECT results_eq($$SELECT id, pid FROM queue._sql_overdue()$$, $$SELECT id, pg_
                   'past its timeout it is listed with the pid of the backend that claimed it');
 SELECT is_empty($$SELECT * FROM queue._sql_overdue()$$, 'and not again within 5 seconds (its cancel is under way)');
 RESET SESSION AUTHORIZATION;
+
+-- Ordinary takers leave SQL tasks alone: a worker would get another role's request as a payload,
+-- and its finish would record a run that never happened.
+SET ROLE skiplock_t_alice;
+INSERT INTO ids VALUES ('mixed_sql', queue.enqueue_sql('SELECT 1', stage => 'mixed', priority => -1));
+INSERT INTO ids VALUES ('grouped_sql', queue.enqueue_sql('SELECT 1', stage => 'mixed.grouped', priority => -1));
+RESET ROLE;
+INSERT INTO ids VALUES ('mixed_plain', queue.enqueue('{"plain": 1}', 'mixed'));
+INSERT INTO ids VALUES ('mixed_plain2', queue.enqueue('{"plain": 2}', 'mixed'));
+DO $$ BEGIN PERFORM queue.configure_stage('mixed.grouped', group_limit => 5); END $$;
+INSERT INTO ids VALUES ('grouped_plain', queue.enqueue('{"plain": 3}', 'mixed.grouped', group_key => 'g'));
+SELECT results_eq($$SELECT t.id FROM queue.take_next('mixed', 1) t$$,
+                  $$SELECT id FROM ids WHERE name = 'mixed_plain'$$,
+                  'take_next hands out the ordinary task behind an SQL task of a lower priority number, not the SQL task');
+SELECT results_eq($$SELECT t.id FROM queue.take_locked('mixed', 5) t$$,
+                  $$SELECT id FROM ids WHERE name = 'mixed_plain2'$$,
+                  'take_locked leaves the SQL task alone too');
+SELECT results_eq($$SELECT t.id FROM queue.take_next('mixed.grouped', 5) t$$,
+                  $$SELECT id FROM ids WHERE name = 'grouped_plain'$$,
+                  'so does take_next in a stage with group_limit');
+SELECT results_eq($$SELECT t.status::text, t.attempt FROM queue.live_tasks t JOIN ids USING (id) WHERE ids.name IN ('mixed_sql', 'grouped_sql')$$,
+                  $$VALUES ('ready', 0), ('ready', 0)$$, 'the SQL tasks still wait, untouched, for their role''s executor');
+SET ROLE skiplock_t_alice;
+SELECT throws_ok(format('SELECT queue.enqueue_sql(%L)', 'SELECT 1 --' || repeat('x', 1048565)), '54000', 'request too large',
+                 'a request of exactly 1 MiB, over the limit once stored with its options, is "request too large", not enqueue''s payload error');
+RESET ROLE;
 
 -- Privileges: the executor's steps belong to skiplock_sql (a role runs its own tasks).
 SELECT ok(NOT has_function_privilege('skiplock_worker', 'queue._sql_claim(text,text)', 'EXECUTE'), 'a worker cannot claim SQL tasks');

@@ -60,7 +60,10 @@ def run_once(url: str, lock_timeout: str) -> None:
             connection.execute(text("CREATE SCHEMA IF NOT EXISTS queue"))
             # Something to do: take every queue table at once before the first DDL, so that the
             # run never holds one table while it queues for another (see lock_queue_tables).
-            target = context.get_revision_argument()
+            try:
+                target = context.get_revision_argument()
+            except KeyError:  # `alembic current`, `check`…: no target, nothing to apply
+                target = None
             heads = set(ScriptDirectory.from_config(config).get_heads())
             if target is not None and not (target in ("head", "heads")
                                            and set(context.get_context().get_current_heads()) == heads):

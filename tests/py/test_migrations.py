@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from alembic.config import Config
 from alembic.script import ScriptDirectory
 
 from skiplock import migrate, revision
@@ -153,6 +154,16 @@ def test_concurrent_upgrades_do_not_interleave(admin_url: str, schema_db: str):
         assert_same_catalog(catalog(url), catalog(schema_db))
     finally:
         drop_database(admin_url, url)
+
+
+def test_alembic_current_reports_the_head_and_changes_nothing(db: str):
+    heads = ScriptDirectory.from_config(Config(str(ROOT / "alembic.ini"))).get_heads()
+    before = catalog(db)
+    proc = subprocess.run([str(Path(sys.executable).parent / "alembic"), "-x", f"url={db}", "current"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{heads[0]} (head)" in proc.stdout, proc.stdout + proc.stderr
+    assert_same_catalog(catalog(db), before)
 
 
 def test_version_table_lives_in_schema_queue(db: str):

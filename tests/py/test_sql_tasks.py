@@ -464,20 +464,6 @@ def test_a_stop_from_a_session_that_ends_at_once_still_hands_the_task_back(admin
         admin.execute("SELECT queue.cancel(%s)", (slow,))
 
 
-def test_a_stop_outside_read_committed_is_refused_and_cancels_nothing(admin: psycopg.Connection,
-                                                                     roles: Roles) -> None:
-    # Under REPEATABLE READ the stop's search for the running task would use a snapshot older than
-    # its lock and could miss a task claimed meanwhile: 22023, and no signal is sent.
-    with psycopg.connect(roles.alice_url) as target, psycopg.connect(roles.alice_url) as stopper:
-        stopper.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        with pytest.raises(psycopg.errors.InvalidParameterValue) as raised:
-            stopper.execute("SELECT queue.stop_sql_executor(%s)", (target.info.backend_pid,))
-        assert raised.value.diag.message_primary == "stop_sql_executor needs READ COMMITTED"
-        assert raised.value.diag.message_hint
-        stopper.rollback()
-        assert target.execute("SELECT 1").fetchone()[0] == 1  # not cancelled
-
-
 def test_a_request_cancelling_itself_is_its_own_error_not_a_stop(admin: psycopg.Connection,
                                                                   alice: psycopg.Connection) -> None:
     # Regression: any cancel before the timeout used to count as a stop request, so a request that

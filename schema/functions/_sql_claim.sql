@@ -7,11 +7,7 @@
 -- cancel_overdue_sql_tasks; the lease covers the task's timeout (or the stage's lease_duration)
 -- plus 30 s, so reap_hung leaves a slow statement to the watchdog. Finding nothing due, it marks
 -- the stage as waited on (enqueue_sql then NOTIFYs, as for take_next).
--- First it takes the transaction lock (1936419948, pid) shared: a stop_sql_executor in flight
--- holds it, and the claim waits for it (its cancel arrives meanwhile: the claim is cancelled and
--- the executor returns); one that starts during the claim waits for the claim's commit and then
--- finds, and marks, the task just claimed.
--- Locks the claimed row and (1936419948, pid) shared; writes queue.live_tasks.
+-- Locks the claimed row; writes queue.live_tasks.
 CREATE OR REPLACE FUNCTION queue._sql_claim(stage text, worker text DEFAULT NULL)
     RETURNS TABLE (id bigint, lease uuid, request text, timeout interval, attempt integer, started timestamptz)
     LANGUAGE plpgsql
@@ -26,8 +22,6 @@ DECLARE
                                                 pg_catalog.pg_backend_pid());
     v_settings queue.stage_settings;
 BEGIN
-    -- Not past a stop request in flight (_sql_stop_mark); held until the claim commits.
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(1936419948, pg_catalog.pg_backend_pid());
     PERFORM queue._check_stage(_sql_claim.stage);
     v_settings := queue._settings(_sql_claim.stage);
     IF v_settings.restricted THEN

@@ -11,14 +11,9 @@
 -- Results: a query's rows are kept (CREATE TEMP TABLE AS) as jsonb with column names and types;
 -- other statements report their command and row count. Errors are caught with their SQLSTATE and
 -- recorded with fail() (the stage's retry policy decides). A statement cancelled past its timeout
--- (cancel_overdue_sql_tasks) is recorded as 57014; any other cancel is the task's error, unless
--- the task is marked as stopping.
--- Stopping: stop_sql_executor marks the task's row (worker 'name#pid (stopping)') and then
--- cancels. After each request, whatever its outcome, _sql_stopping reads and clears the mark with
--- the row locked, so a stop in flight is waited for and seen, whenever the stopping session ends.
--- Marked, a cancelled request's task is handed back with release() (the attempt not counted), one
--- that had ended is recorded as usual; either way the call returns after it. A cancel that
--- reaches the executor between tasks (its cleanup or its claim) also makes it return.
+-- (cancel_overdue_sql_tasks) is recorded as 57014; one cancelled by stop_sql_executor (the
+-- executor is stopping) is handed back with release() and the call returns; any other cancel is
+-- the task's error.
 -- SECURITY INVOKER (a procedure that commits cannot be SECURITY DEFINER): needs role skiplock_sql,
 -- and refuses to run under SET ROLE (42501): the session user must be the role itself. Call it
 -- with CALL, outside an explicit transaction block.
@@ -36,10 +31,7 @@ DECLARE
     v_error   text;
     v_message text;
     v_detail  text;
-    v_stop    boolean;      -- return after this task (stop_sql_executor)
-    v_back    boolean;      -- hand the task back (release) instead of recording its outcome
-    v_cancel  text;         -- the request was cancelled: the message
-    v_cancel_at timestamptz;
+    v_stop    boolean;
     v_rows    bigint;
     v_json    json;
     v_columns jsonb;
@@ -68,8 +60,7 @@ BEGIN
         EXIT WHEN v_task.id IS NULL;
         COMMIT;
 
-        v_result := NULL; v_error := NULL; v_stop := false; v_back := false; v_cancel := NULL;
-        v_json := NULL; v_columns := NULL;
+        v_result := NULL; v_error := NULL; v_stop := false; v_json := NULL; v_columns := NULL;
         BEGIN
             BEGIN
                 EXECUTE 'CREATE TEMP TABLE skiplock_sql_result ON COMMIT DROP AS ' || v_task.request;
@@ -110,42 +101,33 @@ BEGIN
             SET CONSTRAINTS ALL IMMEDIATE;
         EXCEPTION
             WHEN query_canceled THEN
-                -- Whose cancel it was is decided below, once a stop request in flight is known.
-                v_cancel := SQLERRM;
-                v_cancel_at := pg_catalog.clock_timestamp();
+                -- The watchdog past the timeout, or a stop request before it; a request that
+                -- raises 57014 itself, or its own statement_timeout, is an ordinary error.
+                v_message := SQLERRM;
+                IF v_message = 'canceling statement due to user request'
+                   AND pg_catalog.clock_timestamp() < v_task.started + v_task.timeout
+                   AND EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                                WHERE l.locktype = 'advisory' AND l.classid = 1936419948
+                                  AND l.objid = pg_catalog.pg_backend_pid() AND l.objsubid = 2
+                                  AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()) THEN
+                    v_stop := true;  -- stop_sql_executor
+                ELSIF v_message = 'canceling statement due to user request'
+                      AND pg_catalog.clock_timestamp() >= v_task.started + v_task.timeout THEN
+                    v_error := pg_catalog.format('57014: %s (timeout %s)', v_message, v_task.timeout);
+                ELSE
+                    v_error := pg_catalog.format('57014: %s', v_message);
+                END IF;
             WHEN OTHERS THEN
                 GET STACKED DIAGNOSTICS v_message = MESSAGE_TEXT, v_detail = PG_EXCEPTION_DETAIL;
                 v_error := pg_catalog.format('%s: %s', SQLSTATE, v_message)
                         || coalesce(' (' || NULLIF(v_detail, '') || ')', '');
         END;
-        -- A request's SET ROLE outlives it; record as the session's own role. Then the stop mark:
-        -- _sql_stopping locks the row, so it waits for a stop_sql_executor in flight (which marks
-        -- before it cancels) and no stop can mark the task after it.
-        LOOP
-            BEGIN
-                RESET ROLE;
-                v_stop := queue._sql_stopping(v_task.id, v_task.lease);
-                EXIT;
-            EXCEPTION WHEN query_canceled THEN
-                NULL;  -- a signal that arrived after the request: read again
-            END;
-        END LOOP;
-        IF v_cancel IS NOT NULL THEN
-            IF v_stop THEN
-                v_back := true;  -- stop_sql_executor: hand it back, the attempt not counted
-            ELSIF v_cancel = 'canceling statement due to user request'
-                  AND v_cancel_at >= v_task.started + v_task.timeout THEN
-                -- The watchdog (cancel_overdue_sql_tasks) past the timeout.
-                v_error := pg_catalog.format('57014: %s (timeout %s)', v_cancel, v_task.timeout);
-            ELSE
-                -- A request cancelling itself, raising 57014 or hitting its own statement_timeout.
-                v_error := pg_catalog.format('57014: %s', v_cancel);
-            END IF;
-        END IF;
+        -- A request's SET ROLE outlives it; record as the session's own role.
+        RESET ROLE;
 
         LOOP
             BEGIN
-                PERFORM queue._sql_record(v_task.id, v_task.lease, v_result, v_error, v_back);
+                PERFORM queue._sql_record(v_task.id, v_task.lease, v_result, v_error, v_stop);
                 EXIT;
             EXCEPTION WHEN query_canceled THEN
                 NULL;  -- a signal meant for the request arrived late: record again
@@ -162,9 +144,7 @@ BEGIN
                 PERFORM pg_catalog.pg_advisory_unlock_all();
                 EXIT;
             EXCEPTION WHEN query_canceled THEN
-                -- Between tasks: no request of ours to cancel, so a stop (whose task was recorded
-                -- before it could mark it). Clean up, then return.
-                v_stop := true;
+                NULL;
             END;
         END LOOP;
         COMMIT;
@@ -172,6 +152,6 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON PROCEDURE queue.run_sql_tasks(text, integer, text, integer) IS 'The SQL tasks'' executor: CALL queue.run_sql_tasks(''reports'', 10) runs up to 10 due SQL tasks of the stage enqueued by the session''s login role (log in as that role; SET ROLE is refused), committing after each; rows go to the history row''s result, errors (with SQLSTATE) to fail(), timeouts (cancel_overdue_sql_tasks) are 57014; a stop request (stop_sql_executor: marks the task, then cancels) hands the task back and returns. Returns ran.';
+COMMENT ON PROCEDURE queue.run_sql_tasks(text, integer, text, integer) IS 'The SQL tasks'' executor: CALL queue.run_sql_tasks(''reports'', 10) runs up to 10 due SQL tasks of the stage enqueued by the session''s login role (log in as that role; SET ROLE is refused), committing after each; rows go to the history row''s result, errors (with SQLSTATE) to fail(), timeouts (cancel_overdue_sql_tasks) are 57014; a stop request (stop_sql_executor) hands the task back and returns. Returns ran.';
 REVOKE ALL ON PROCEDURE queue.run_sql_tasks(text, integer, text, integer) FROM PUBLIC;
 GRANT EXECUTE ON PROCEDURE queue.run_sql_tasks(text, integer, text, integer) TO skiplock_sql;

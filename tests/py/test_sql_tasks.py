@@ -444,6 +444,28 @@ def test_a_stop_request_hands_the_task_back_and_the_call_returns(admin: psycopg.
     assert admin.execute("SELECT count(*) FROM queue.history WHERE stage = %s", (stage,)).fetchone()[0] == 0
 
 
+def test_a_stop_from_a_session_that_ends_at_once_still_hands_the_task_back(admin: psycopg.Connection,
+                                                                          alice: psycopg.Connection,
+                                                                          roles: Roles) -> None:
+    # Regression: the executor tells a stop from any other cancel by the stopping session's
+    # advisory lock, and looked for it only when the cancel arrived. `psql -c "SELECT
+    # queue.stop_sql_executor(pid)"` disconnects at once: in 48 of 80 tries the lock was gone by
+    # then and the task ended as a 57014 error, its attempt counted.
+    stage = "stop.oneshot"
+    for attempt in range(8):
+        slow = enqueue_sql(alice, "SELECT pg_sleep(20)", stage=stage, timeout="60 seconds")
+        executor = BackgroundCall(roles.alice_url, stage, 1)
+        executor.start()
+        executor.connected.wait(10)
+        wait_for(lambda: task(admin, slow)[0] == "running", timeout=10)
+        time.sleep(0.1)  # in pg_sleep
+        with psycopg.connect(roles.alice_url, autocommit=True) as stopper:  # closed right after the call
+            assert stopper.execute("SELECT queue.stop_sql_executor(%s)", (executor.pid,)).fetchone()[0] is True
+        assert executor.result() == 1  # the call returned, its one task handed back
+        assert task(admin, slow)[:3] == ("ready", 0, None), f"try {attempt + 1}: {task(admin, slow)}"
+        admin.execute("SELECT queue.cancel(%s)", (slow,))
+
+
 def test_a_request_cancelling_itself_is_its_own_error_not_a_stop(admin: psycopg.Connection,
                                                                   alice: psycopg.Connection) -> None:
     # Regression: any cancel before the timeout used to count as a stop request, so a request that

@@ -55,6 +55,16 @@ BEGIN
                   DETAIL = 'timezone is empty.',
                   HINT = 'Use a name from pg_timezone_names, such as ''UTC'' or ''Europe/Berlin''.';
     END IF;
+    -- Names only: PostgreSQL also takes POSIX strings, where '+02:00' means two hours WEST of
+    -- Greenwich, the opposite of what a schedule's author means, and 'XYZ+1' is a zone of its own.
+    IF schedule.timezone IS NOT NULL AND NOT EXISTS (
+           SELECT 1 FROM pg_catalog.pg_timezone_names z
+            WHERE pg_catalog.lower(z.name) = pg_catalog.lower(schedule.timezone)) THEN
+        RAISE EXCEPTION 'unknown time zone'
+            USING ERRCODE = '22023',
+                  DETAIL = pg_catalog.format('timezone is %s, which is not the name of a time zone.', pg_catalog.quote_literal(schedule.timezone)),
+                  HINT = 'Use a name from pg_timezone_names, such as ''UTC'' or ''Europe/Berlin''; for a fixed offset, ''Etc/GMT-2'' is UTC+2 (POSIX signs are reversed).';
+    END IF;
 
     SELECT s.* INTO v_old
       FROM queue.schedules s

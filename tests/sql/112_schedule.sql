@@ -4,7 +4,7 @@
 -- stage and priority under the key schedule:<name>:<tick>.
 -- now() is fixed for the transaction; firing uses injected times in 2030.
 BEGIN;
-SELECT plan(79);
+SELECT plan(82);
 
 -- Creating --------------------------------------------------------------------------------------------------------
 SELECT is(queue.schedule('s.every5', '*/5 * * * *', stage => 'sch.a', payload => '{"job": "a"}', priority => 3),
@@ -72,6 +72,12 @@ SELECT throws_ok($$SELECT queue.schedule('s.err', '* * * * *', payload => '42')$
 SELECT throws_ok($$SELECT queue.schedule('s.err', '* * * * *', priority => NULL)$$, '22004', 'priority must not be NULL', 'a NULL priority raises 22004');
 SELECT throws_ok($$SELECT queue.schedule('s.err', '* * * * *', timezone => 'Mars/Olympus_Mons')$$, '22023', 'unknown time zone',
                  'an unknown time zone raises 22023');
+SELECT throws_ok($$SELECT queue.schedule('s.err', '0 12 * * *', timezone => '+02:00')$$, '22023', 'unknown time zone',
+                 'an offset such as +02:00 (which PostgreSQL reads as UTC-2) raises 22023');
+SELECT throws_ok($$SELECT queue.schedule('s.err', '0 12 * * *', timezone => 'XYZ+1')$$, '22023', 'unknown time zone',
+                 'a POSIX zone string raises 22023');
+SELECT lives_ok($$SELECT queue.schedule('s.utc_lower', '0 12 * * *', timezone => 'utc'); SELECT queue.unschedule('s.utc_lower')$$,
+                'a time zone name in another case is accepted');
 SELECT throws_ok($$SELECT queue.schedule('s.err', '* * * * *', timezone => '')$$, '22023', 'unknown time zone', 'an empty time zone raises 22023');
 SELECT throws_ok($$SELECT queue.schedule('s.err', '* * * * *', timezone => NULL)$$, '22004', 'timezone must not be NULL', 'a NULL time zone raises 22004');
 SELECT throws_ok($$SELECT queue.schedule('s.every5', '* * * * 8')$$, '22023', 'invalid cron expression',

@@ -16,19 +16,27 @@
 # stage is empty it sends that session `SELECT 1;` every PING seconds (a round trip that touches
 # no table) and reads the answer with `read -t`: a notification shows up within PING seconds of
 # the enqueue's commit. Every IDLE_WAIT seconds it takes anyway (the slow poll), so a lost
-# notification or a dead listener never strands a task.
-# SIGTERM or Ctrl-C: finish the batch in hand, then exit 0.
+# notification or a dead listener never strands a task. When the listener's psql dies (its
+# connection lost, the server restarted), the worker starts another one and carries on.
+# SIGTERM or Ctrl-C: finish the batch in hand, then exit 0. The handler and every psql run in a
+# session of their own (setsid), so a terminal's Ctrl-C, sent to the whole foreground process
+# group, reaches the worker only and does not cut the running handler short.
+# A finish, fail or release that fails (the server down for a moment, the connection lost) is
+# retried, backing off up to 2 s, until the task's lease has surely run out (LEASE seconds after
+# the handler ended: its heartbeats stop then); a call that answers false means the lease was lost.
 #
 # Settings (environment): DATABASE_URL, STAGE (default), BATCH (10), LEASE seconds (60),
 # IDLE_WAIT seconds (5), SNOOZE seconds (10), PING seconds (0.1), PSQL (psql; on Debian /usr/bin/psql is a Perl
-# wrapper: /usr/lib/postgresql/<version>/bin/psql starts faster).
+# wrapper: /usr/lib/postgresql/<version>/bin/psql starts faster). A setting that is not a number
+# (BATCH an integer from 1 to 10000) stops the worker at once with exit code 2.
 # SQL values always travel as psql variables (-v name=value, used as :'name'), never pasted into
 # SQL text; psql does not expand variables in -c, so the SQL goes on stdin.
 
 set -uo pipefail
 
-: "${DATABASE_URL:?set DATABASE_URL}"
-(( $# > 0 )) || { echo "usage: $0 HANDLER [ARGS...]" >&2; exit 2; }
+usage_error() { echo "$0: $*" >&2; exit 2; }
+[[ -n ${DATABASE_URL:-} ]] || usage_error "set DATABASE_URL"
+(( $# > 0 )) || usage_error "usage: $0 HANDLER [ARGS...]"
 HANDLER=("$@")
 STAGE=${STAGE:-default}
 BATCH=${BATCH:-10}
@@ -39,17 +47,41 @@ PSQL=${PSQL:-psql}
 FATAL_EXIT=100
 SNOOZE_EXIT=101
 SNOOZE=${SNOOZE:-10}
+
+number() {  # name value more-than: a decimal number above the bound, or exit 2
+    [[ $2 =~ ^([0-9]+(\.[0-9]*)?|\.[0-9]+)$ ]] && awk -v v="$2" -v m="$3" 'BEGIN { exit !(v + 0 > m) }' ||
+        usage_error "$1 must be a number of seconds above $3, not '$2'"
+}
+[[ $BATCH =~ ^[1-9][0-9]{0,4}$ ]] && (( BATCH <= 10000 )) || usage_error "BATCH must be an integer from 1 to 10000 (tasks a take), not '$BATCH'"
+number LEASE "$LEASE" 0
+number IDLE_WAIT "$IDLE_WAIT" 0
+number PING "$PING" 0
+number SNOOZE "$SNOOZE" -1
+[[ -n $STAGE ]] || usage_error "STAGE must not be empty"
+
 WORKER_NAME="$(hostname):$$"
 BEAT=$(awk -v l="$LEASE" 'BEGIN { print l / 3 }')
 IDLE_WAIT_US=$(awk -v w="$IDLE_WAIT" 'BEGIN { printf "%d", w * 1000000 }')
+LEASE_US=$(awk -v l="$LEASE" 'BEGIN { printf "%d", l * 1000000 }')
+# Children run in their own session: a terminal's Ctrl-C (SIGINT to the whole foreground process
+# group) then reaches only this script, whose trap lets the batch in hand finish.
+if command -v setsid > /dev/null; then
+    ALONE=(setsid -w)
+else
+    ALONE=()
+    echo "setsid not found: Ctrl-C will interrupt the running handler too (SIGTERM will not)" >&2
+fi
 WORKDIR=$(mktemp -d)
+mkfifo "$WORKDIR/listen.in" "$WORKDIR/listen.out" || exit 1
+listen_pid='' listen_to='' listen_from=''
 
 stopping=false
 trap 'stopping=true' TERM INT
+trap : PIPE                       # a write to a dead listener fails (EPIPE) instead of killing us
 trap 'stop_listener; rm -rf "$WORKDIR"' EXIT
 
 sql() {  # SQL on stdin, values as -v arguments; prints unaligned, tab-separated rows
-    "$PSQL" -X -q -At -F $'\t' -v ON_ERROR_STOP=1 -v VERBOSITY=sqlstate -d "$DATABASE_URL" "$@"
+    "${ALONE[@]}" "$PSQL" -X -q -At -F $'\t' -v ON_ERROR_STOP=1 -v VERBOSITY=sqlstate -d "$DATABASE_URL" "$@"
 }
 
 take() {  # one line per task: id, lease, attempt, payload (last: jsonb text has no tab or newline)
@@ -91,7 +123,7 @@ heartbeat_batch() {  # the batch's lines; renews, in one psql session, each task
         script+="\\echo :id$n :SQLSTATE"$'\n'
     done <<< "$1"
     (( n > 0 )) || return 0
-    "$PSQL" -X -q -At -v VERBOSITY=sqlstate -v lease_for="$LEASE seconds" -d "$DATABASE_URL" "${args[@]}" \
+    "${ALONE[@]}" "$PSQL" -X -q -At -v VERBOSITY=sqlstate -v lease_for="$LEASE seconds" -d "$DATABASE_URL" "${args[@]}" \
          <<< "$script" 2> "$WORKDIR/heartbeat.err" |
     while read -r id state; do
         case $state in
@@ -116,57 +148,119 @@ beat_batch() {  # the batch's lines; runs in the background until killed
     done
 }
 
+end_call() {  # id deadline_us CALL ARGS...: prints t or f; returns 1 when it gave up
+    # The call is retried while psql fails (no connection, the server restarting), with a short
+    # backoff, until deadline_us: by then the lease has run out and the task is surely not ours.
+    # An answer, t or f, is final: f means the lease was lost (or an earlier try that reported a
+    # failure had in fact gone through). An SQL error that no retry can mend ends it at once.
+    # It runs in a command substitution: ignoring SIGINT there keeps a Ctrl-C (sent to the whole
+    # process group) from killing this subshell or its sleep, and so from cutting the retries short.
+    trap '' INT
+    local id=$1 deadline=$2 out rc state delay=0.2 tries=0
+    shift 2
+    while :; do
+        out=$("$@" 2> "$WORKDIR/call.err")
+        rc=$?
+        if (( rc == 0 )) && [[ $out == t || $out == f ]]; then
+            echo "$out"
+            return 0
+        fi
+        tries=$((tries + 1))
+        state=$(grep -o -m 1 -E '(ERROR|FATAL): +[0-9A-Z]{5}' "$WORKDIR/call.err" | grep -o -E '[0-9A-Z]{5}$')
+        if (( rc == 3 )) && [[ -n $state && ! $state =~ ^(08|40|53|57|58|55P03) ]]; then
+            cat "$WORKDIR/call.err" >&2
+            echo "$1 on $id failed with SQLSTATE $state; not retrying it" >&2
+            return 1
+        fi
+        if (( ${EPOCHREALTIME/./} >= deadline )); then
+            cat "$WORKDIR/call.err" >&2
+            echo "$1 on $id failed $tries times; giving up: its lease has run out" >&2
+            return 1
+        fi
+        (( tries == 1 )) && { cat "$WORKDIR/call.err" >&2; echo "$1 on $id failed; retrying" >&2; }
+        sleep "$delay"
+        delay=$(awk -v d="$delay" 'BEGIN { d *= 2; print (d > 2 ? 2 : d) }')
+    done
+}
+
+run_handler() {  # the handler, with the listener's pipes closed: they are not its business
+    if [[ -n $listen_pid ]]; then
+        "${ALONE[@]}" "${HANDLER[@]}" {listen_to}>&- {listen_from}<&-
+    else
+        "${ALONE[@]}" "${HANDLER[@]}"
+    fi
+}
+
 run_task() {  # id lease attempt payload
     local id=$1 lease=$2 attempt=$3 payload=$4
-    local errfile="$WORKDIR/stderr" rc ok error
+    local errfile="$WORKDIR/stderr" rc ok deadline error
     if [[ -e $WORKDIR/lost.$id ]]; then
         echo "lease lost on $id before it started: skipping it" >&2
         return
     fi
-    TASK_ID=$id TASK_ATTEMPT=$attempt TASK_STAGE=$STAGE "${HANDLER[@]}" <<< "$payload" 2> "$errfile"
+    TASK_ID=$id TASK_ATTEMPT=$attempt TASK_STAGE=$STAGE run_handler <<< "$payload" 2> "$errfile"
     rc=$?
     : > "$WORKDIR/ended.$id"
+    deadline=$(( ${EPOCHREALTIME/./} + LEASE_US ))   # no heartbeat renews the lease from now on
     cat "$errfile" >&2
     if [[ -e $WORKDIR/lost.$id ]]; then
         echo "lease lost on $id: dropping the result" >&2
         return
     fi
     if (( rc == 0 )); then
-        ok=$(finish "$id" "$lease")
+        ok=$(end_call "$id" "$deadline" finish "$id" "$lease")
     elif (( rc == SNOOZE_EXIT )); then
-        ok=$(release "$id" "$lease" "$SNOOZE")
-        echo "snoozed $id for $SNOOZE s" >&2
+        ok=$(end_call "$id" "$deadline" release "$id" "$lease" "$SNOOZE")
+        [[ $ok == t ]] && echo "snoozed $id for $SNOOZE s" >&2
     else
         error=$(tail -c 2000 "$errfile")
         [[ -n $error ]] || error="handler exited with status $rc"
-        ok=$(fail "$id" "$lease" "$error" "$([[ $rc == "$FATAL_EXIT" ]] && echo true || echo false)")
+        ok=$(end_call "$id" "$deadline" fail "$id" "$lease" "$error" \
+                      "$([[ $rc == "$FATAL_EXIT" ]] && echo true || echo false)")
     fi
-    [[ $ok == t ]] || echo "lease lost on $id (or the call failed)" >&2
+    case $ok in
+        t) ;;
+        f) echo "lease lost on $id: its result was not recorded" >&2 ;;
+        *) echo "could not record the result of $id: it runs again once its lease runs out" >&2 ;;
+    esac
 }
 
-start_listener() {
-    coproc LISTENER { exec "$PSQL" -X -q -At -v channel="skiplock.$STAGE" -d "$DATABASE_URL" 2>&1; }
-    echo 'LISTEN :"channel";' >&"${LISTENER[1]}"
+start_listener() {  # a psql that LISTENs, fed through one FIFO and read through another
+    # Not a coproc: bash unsets a coproc's variables the moment it reaps it, and a dead listener
+    # must be a condition the loop handles, not an unbound variable under set -u. The background
+    # shell opens both FIFOs before it execs psql; the two opens below meet those, so neither
+    # blocks for long. psql is the only writer of listen.out: its death is an EOF there.
+    "${ALONE[@]}" "$PSQL" -X -q -At -v channel="skiplock.$STAGE" -d "$DATABASE_URL" \
+        < "$WORKDIR/listen.in" > "$WORKDIR/listen.out" 2>&1 &
+    listen_pid=$!
+    exec {listen_to}> "$WORKDIR/listen.in" {listen_from}< "$WORKDIR/listen.out"
+    echo 'LISTEN :"channel";' >&"$listen_to" 2>/dev/null
 }
 
 stop_listener() {
-    [[ -n ${LISTENER_PID:-} ]] || return 0
-    kill "$LISTENER_PID" 2>/dev/null
-    wait "$LISTENER_PID" 2>/dev/null
-    unset LISTENER_PID
+    [[ -n $listen_pid ]] || return 0
+    kill "$listen_pid" 2>/dev/null
+    wait "$listen_pid" 2>/dev/null
+    exec {listen_to}>&- {listen_from}<&-
+    listen_pid='' listen_to='' listen_from=''
+}
+
+listener_died() {
+    echo "the listener died; restarting it" >&2
+    stop_listener
 }
 
 wait_for_work() {  # returns when notified, after IDLE_WAIT seconds, or on SIGTERM
-    local line rc deadline=$(( ${EPOCHREALTIME/./} + IDLE_WAIT_US ))
-    if [[ -z ${LISTENER_PID:-} ]]; then
+    local line rc=0 deadline=$(( ${EPOCHREALTIME/./} + IDLE_WAIT_US ))
+    if [[ -z $listen_pid ]]; then
         start_listener            # it died: restart it, and take again before sleeping
         return 0
     fi
     while ! $stopping && (( ${EPOCHREALTIME/./} < deadline )); do
-        echo 'SELECT 1;' >&"${LISTENER[1]}" 2>/dev/null || break
+        echo 'SELECT 1;' >&"$listen_to" 2>/dev/null || { rc=1; break; }
         # The answer ("1"), then any notification, come at once; then nothing until the next ping.
         while :; do
-            read -r -t "$PING" -u "${LISTENER[0]}" line
+            read -r -t "$PING" -u "$listen_from" line
             rc=$?
             (( rc == 0 )) || break
             [[ $line == 'Asynchronous notification'* ]] && return 0
@@ -174,20 +268,25 @@ wait_for_work() {  # returns when notified, after IDLE_WAIT seconds, or on SIGTE
         done
         (( rc > 128 )) || break   # not a timeout (nor a signal): EOF, the listener died
     done
-    if ! $stopping && (( ${EPOCHREALTIME/./} < deadline )); then
-        echo "the listener died; restarting it in 1 s" >&2
-        stop_listener
-        sleep 1
+    if (( rc > 0 && rc <= 128 )); then
+        listener_died
+        $stopping || sleep 1      # the server may be down: do not spin on it
     fi
 }
 
 drain_listener() {  # after a batch: have psql read its socket, so notifications cannot pile up
     # psql reads the server only while it runs a command; left alone during long work, a busy
     # stage's notifications would fill the socket and stall the server's notification queue.
-    local line
-    [[ -n ${LISTENER_PID:-} ]] || return 0
-    echo 'SELECT 1; SELECT 2;' >&"${LISTENER[1]}" 2>/dev/null || return 0
-    while read -r -t 5 -u "${LISTENER[0]}" line && [[ $line != 2 ]]; do :; done
+    local line rc
+    [[ -n $listen_pid ]] || return 0
+    echo 'SELECT 1; SELECT 2;' >&"$listen_to" 2>/dev/null || { listener_died; return 0; }
+    while :; do
+        read -r -t 5 -u "$listen_from" line
+        rc=$?
+        (( rc == 0 )) || break
+        [[ $line == 2 ]] && return 0
+    done
+    (( rc > 128 )) || listener_died   # EOF: it died while the batch ran (not a timeout)
 }
 
 start_listener                    # LISTEN before the first take: no enqueue slips between

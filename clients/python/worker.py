@@ -9,12 +9,20 @@ long. When the stage is empty the worker sleeps on LISTEN "skiplock.<stage>" (en
 NOTIFY) and polls anyway every IDLE_WAIT seconds, so a lost notification never strands a task.
 SIGTERM or Ctrl-C: finish the batch in hand, then exit 0.
 
-Settings (environment): DATABASE_URL, STAGE (default), BATCH (10), LEASE seconds (60),
-IDLE_WAIT seconds (5).
+A lost connection (a terminated backend, a server restart) is logged and the worker reconnects,
+for ever, after 0.1 s, then twice as long each time up to 5 s: the results of the batch in hand
+are reported with their leases (still valid) once it is back, the rest of the batch runs, LISTEN
+is issued again and heartbeats go on. Stopped (SIGTERM) while the server is unreachable, it gives
+up after one more try and exits 1: the leases of the tasks it held run out and reap_hung()
+hands them back.
+
+Settings (environment): DATABASE_URL, STAGE (default), BATCH (10, 1 to 10000), LEASE seconds
+(60), IDLE_WAIT seconds (5). A bad value prints a message and exits 2.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -25,12 +33,32 @@ import time
 import psycopg
 from psycopg import sql
 
+
+def setting(name: str, default: str, parse: type, low: float, high: float = math.inf) -> float:
+    """A numeric setting from the environment; a bad one ends the worker with a message (exit 2)."""
+    text = os.environ.get(name, default)
+    try:
+        value = parse(text)
+    except ValueError:
+        value = math.nan
+    if not (low <= value <= high and math.isfinite(value)):  # nan fails too
+        kind = "an integer" if parse is int else "a number of seconds"
+        bound = f"from {low:g} to {high:g}" if high < math.inf else f"at least {low:g}"
+        print(f"worker.py: {name}={text!r}: expected {kind} {bound}", file=sys.stderr)
+        sys.exit(2)
+    return value
+
+
+if "DATABASE_URL" not in os.environ:
+    print("worker.py: set DATABASE_URL (e.g. postgresql://app@localhost/app)", file=sys.stderr)
+    sys.exit(2)
 URL = os.environ["DATABASE_URL"]
 STAGE = os.environ.get("STAGE", "default")
-BATCH = int(os.environ.get("BATCH", "10"))
-LEASE = float(os.environ.get("LEASE", "60"))
-IDLE_WAIT = float(os.environ.get("IDLE_WAIT", "5"))
+BATCH = int(setting("BATCH", "10", int, 1, 10000))
+LEASE = setting("LEASE", "60", float, 0.001)
+IDLE_WAIT = setting("IDLE_WAIT", "5", float, 0.001)
 NAME = f"{socket.gethostname()}:{os.getpid()}"
+BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0   # seconds between reconnection attempts
 
 
 class Fail(Exception):
@@ -68,6 +96,75 @@ def handle(task_id: int, payload: dict, attempt: int) -> None:
     print(f"done {task_id}: {payload}", flush=True)
 
 
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class Unreachable(Exception):
+    """The server could not be reached and the worker is stopping: give up."""
+
+
+def connection_lost(e: BaseException, conn: psycopg.Connection | None) -> bool:
+    """Did e come from a lost connection (terminated backend, server restart, network)?"""
+    if not isinstance(e, (psycopg.OperationalError, psycopg.InterfaceError)):
+        return False
+    if conn is None or conn.closed or getattr(conn, "broken", False):
+        return True
+    state = getattr(e, "sqlstate", None) or ""
+    return state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+class Db:
+    """A connection that comes back when it is lost: query() reconnects (LISTEN again if asked)
+    with a backoff of BACKOFF_FIRST doubling up to BACKOFF_MAX seconds, for ever, then runs the
+    statement again. Once `stop` is set, a failed connection attempt raises Unreachable instead."""
+
+    def __init__(self, role: str, stop: threading.Event, listen: bool = False) -> None:
+        self.role, self.stop, self.listen = role, stop, listen
+        self.conn: psycopg.Connection | None = None
+
+    def connected(self) -> psycopg.Connection:
+        delay, failed = BACKOFF_FIRST, False
+        while self.conn is None or self.conn.closed:
+            conn = None
+            try:
+                conn = psycopg.connect(URL, autocommit=True)
+                if self.listen:  # notifications sent while we were away are lost: the caller takes now
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier("skiplock." + STAGE)))
+                self.conn = conn
+            except psycopg.OperationalError as e:
+                if conn is not None:
+                    conn.close()
+                if self.stop.is_set():
+                    raise Unreachable(f"{self.role} connection: {e}".strip()) from e
+                log(f"{self.role} connection: {str(e).strip()}: retrying in {delay:g} s")
+                failed = True
+                self.stop.wait(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
+        if failed:
+            log(f"{self.role} connection: reconnected")
+        return self.conn
+
+    def lost(self, e: BaseException) -> None:
+        log(f"{self.role} connection lost ({type(e).__name__}: {str(e).strip()}): reconnecting")
+        self.close()
+
+    def query(self, query: str | sql.Composable, params: tuple = ()) -> list[tuple]:
+        while True:
+            conn = self.connected()
+            try:
+                return conn.execute(query, params).fetchall()
+            except psycopg.Error as e:
+                if not connection_lost(e, conn):
+                    raise
+                self.lost(e)  # then the same statement again: a lease stays valid meanwhile
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
 class Heartbeat(threading.Thread):
     """Extends the leases of the tasks in hand every LEASE/3 seconds, on its own connection."""
 
@@ -79,24 +176,30 @@ class Heartbeat(threading.Thread):
         self.halt = threading.Event()
 
     def run(self) -> None:
-        with psycopg.connect(URL, autocommit=True) as conn:
+        db = Db("heartbeat", self.halt)  # connects at the first heartbeat
+        try:
             while not self.halt.wait(LEASE / 3):
                 with self.mutex:
                     held = list(self.held.items())
                 for task_id, lease in held:
                     try:
-                        conn.execute("SELECT queue.heartbeat(id => %s, lease => %s,"
-                                     " lease_for => %s * interval '1 second')", (task_id, lease, LEASE))
+                        db.query("SELECT queue.heartbeat(id => %s, lease => %s,"
+                                 " lease_for => %s * interval '1 second')", (task_id, lease, LEASE))
+                    except Unreachable:
+                        return
                     except psycopg.Error as e:
                         if e.sqlstate != "SK001":  # the lease may run out: reap_hung() recovers it
-                            print(f"heartbeat on {task_id}: {e}", file=sys.stderr, flush=True)
+                            log(f"heartbeat on {task_id}: {e}")
                             continue
                         with self.mutex:
                             self.held.pop(task_id, None)
                             self.lost.add(task_id)
+        finally:
+            db.close()
 
 
 stopping = False
+stop_event = threading.Event()  # set with stopping: cuts a reconnection's backoff short
 idle = False
 
 
@@ -107,15 +210,16 @@ class _WakeUp(Exception):
 def on_signal(signum: int, frame: object) -> None:
     global stopping
     stopping = True
+    stop_event.set()
     if idle:            # asleep on LISTEN: wake up now; busy: the loop stops after the batch
         raise _WakeUp
 
 
-def run_batch(conn: psycopg.Connection, heartbeat: Heartbeat) -> int:
-    rows = conn.execute(
+def run_batch(db: Db, heartbeat: Heartbeat) -> int:
+    rows = db.query(
         "SELECT id, payload, attempt, lease FROM queue.take_next("
         " stage => %s, batch => %s, lease_for => %s * interval '1 second', worker => %s)",
-        (STAGE, BATCH, LEASE, NAME)).fetchall()
+        (STAGE, BATCH, LEASE, NAME))
     with heartbeat.mutex:
         heartbeat.held.update((r[0], r[3]) for r in rows)
     for task_id, payload, attempt, lease in rows:
@@ -131,44 +235,67 @@ def run_batch(conn: psycopg.Connection, heartbeat: Heartbeat) -> int:
         with heartbeat.mutex:
             heartbeat.held.pop(task_id, None)
             if task_id in heartbeat.lost:
-                print(f"lease lost on {task_id}: dropping the result", file=sys.stderr, flush=True)
+                log(f"lease lost on {task_id}: dropping the result")
                 continue
+        # A lost connection: Db.query reconnects and calls again with the same lease.
         if snooze is not None:
-            ok = conn.execute("SELECT queue.release(id => %s, lease => %s, retry_in => %s * interval '1 second')",
-                              (task_id, lease, snooze)).fetchone()[0]
-            print(f"snoozed {task_id} for {snooze:.3f} s", file=sys.stderr, flush=True)
+            ok = db.query("SELECT queue.release(id => %s, lease => %s, retry_in => %s * interval '1 second')",
+                          (task_id, lease, snooze))[0][0]
+            log(f"snoozed {task_id} for {snooze:.3f} s")
         elif error is None:
-            ok = conn.execute("SELECT queue.finish(id => %s, lease => %s)", (task_id, lease)).fetchone()[0]
+            ok = db.query("SELECT queue.finish(id => %s, lease => %s)", (task_id, lease))[0][0]
         else:
-            ok = conn.execute("SELECT queue.fail(id => %s, lease => %s, error => %s, fatal => %s)",
-                              (task_id, lease, error, fatal)).fetchone()[0]
+            ok = db.query("SELECT queue.fail(id => %s, lease => %s, error => %s, fatal => %s)",
+                          (task_id, lease, error, fatal))[0][0]
         if not ok:  # false: the lease was no longer ours (reaped and retaken)
-            print(f"lease lost on {task_id}", file=sys.stderr, flush=True)
+            log(f"lease lost on {task_id}")
     return len(rows)
 
 
-def main() -> int:
+def wait_for_notify(db: Db) -> None:
+    """Sleep on LISTEN until a NOTIFY, IDLE_WAIT seconds or a signal; a lost connection is closed
+    (the next query reconnects and LISTENs again)."""
     global idle
+    lost = None
+    try:
+        try:
+            conn = db.connected()
+            idle = True
+            if not stopping:
+                for _ in conn.notifies(timeout=IDLE_WAIT, stop_after=1):
+                    pass
+        except psycopg.Error as e:
+            idle = False
+            if not connection_lost(e, db.conn):
+                raise
+            lost = e
+        finally:
+            idle = False
+    except _WakeUp:  # raised by on_signal anywhere above while idle
+        pass
+    if lost is not None:
+        db.lost(lost)
+
+
+def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     heartbeat = Heartbeat()
     heartbeat.start()
-    with psycopg.connect(URL, autocommit=True) as conn:
-        # LISTEN before the first take: a task enqueued in between still wakes us.
-        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier("skiplock." + STAGE)))
+    # LISTEN before the first take: a task enqueued in between still wakes us.
+    db = Db("main", stop_event, listen=True)
+    try:
         while not stopping:
-            if run_batch(conn, heartbeat):
+            if run_batch(db, heartbeat):
                 continue
-            try:
-                idle = True
-                if not stopping:
-                    for _ in conn.notifies(timeout=IDLE_WAIT, stop_after=1):
-                        pass
-            except _WakeUp:
-                pass
-            finally:
-                idle = False
-    heartbeat.halt.set()
+            wait_for_notify(db)
+    except Unreachable as e:
+        log(f"stopping while the server is unreachable ({e}): the tasks in hand stay running"
+            " until their leases run out, then reap_hung() hands them back")
+        return 1
+    finally:
+        heartbeat.halt.set()
+        db.close()
     return 0
 
 

@@ -256,6 +256,101 @@ def test_client_finishes_its_batch_on_sigterm(language: str, url: str) -> None:
         assert rows == [(ids[0], "done"), (ids[1], "done")], worker.log()
 
 
+@pytest.fixture(params=["python", "node"])
+def reconnecting_language(request: pytest.FixtureRequest) -> str:
+    """The clients whose workers reconnect after a lost connection (bash's has its own tests)."""
+    if request.param == "node":
+        request.getfixturevalue("node_ready")
+    return request.param
+
+
+def backends(conn: psycopg.Connection, app: str) -> set[int]:
+    """The pids of the worker's backends: its connections carry application_name (PGAPPNAME)."""
+    return {r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                                       (app,)).fetchall()}
+
+
+def terminate(conn: psycopg.Connection, app: str) -> set[int]:
+    """pg_terminate_backend on every backend of the worker; the pids it terminated."""
+    # pids first: in one WHERE, pg_terminate_backend could run before the application_name test
+    return {pid for pid in backends(conn, app)
+            if conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]}
+
+
+def test_client_survives_its_backends_being_terminated_mid_batch(reconnecting_language: str, url: str) -> None:
+    """pg_terminate_backend on the worker's backends, twice, while its batch of three 1.5 s tasks
+    runs (lease 3 s, a reaper running): it logs the loss, reconnects, reports the results it has
+    with their leases, runs the rest of the batch with heartbeats, and goes on taking tasks."""
+    language = reconnecting_language
+    stage, app = f"terminated_{language}", f"skiplock-test-terminated-{language}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        ids = produce(language, url, stage, [{"n": n, "sleep": 1.5} for n in range(3)])
+        reaper = Reaper(url)
+        reaper.start()
+        worker = ClientWorker(language, url, stage, BATCH=3, LEASE=3, IDLE_WAIT=0.5, PGAPPNAME=app)
+        try:
+            wait_until("the batch to be taken", lambda: conn.execute(
+                "SELECT count(*) = 3 FROM queue.live_tasks WHERE stage = %s AND status = 'running'",
+                (stage,)).fetchone()[0], 30, worker)
+            assert terminate(conn, app), "no backend of the worker found to terminate"
+            wait_until("the first task to be done", lambda: conn.execute(
+                "SELECT count(*) >= 1 FROM queue.history WHERE stage = %s", (stage,)).fetchone()[0], 10, worker)
+            assert terminate(conn, app), "the worker did not reconnect"  # again, mid-batch
+            wait_until("the batch to be done", lambda: conn.execute(
+                "SELECT count(*) = 3 FROM queue.history WHERE stage = %s", (stage,)).fetchone()[0], 20, worker)
+            (later,) = conn.execute("SELECT queue.enqueue('{}', stage => %s)", (stage,)).fetchone()
+            wait_until("a task enqueued afterwards to be done", lambda: conn.execute(
+                "SELECT 1 FROM queue.history WHERE id = %s", (later,)).fetchone(), 10, worker)
+            assert worker.proc.poll() is None, worker.log()
+        finally:
+            code = worker.stop()
+            reaper.stop()
+        assert code == 0, worker.log()
+        rows = conn.execute("SELECT id, status::text, attempt FROM queue.history WHERE stage = %s ORDER BY id",
+                            (stage,)).fetchall()
+    assert rows == [(i, "done", 1) for i in [*ids, later]], f"each task done once, never retaken:\n{worker.log()}"
+    assert reaper.reaped == 0, f"a lease ran out: heartbeats stopped after the reconnection:\n{worker.log()}"
+    assert "connection lost" in worker.log(), worker.log()
+    assert "Traceback" not in worker.log() and "Unhandled" not in worker.log(), worker.log()
+
+
+def test_idle_client_reconnects_and_listens_again_after_its_backends_are_terminated(
+        reconnecting_language: str, url: str) -> None:
+    """Asleep on LISTEN (slow poll 30 s), its backends terminated: the worker reconnects, LISTENs
+    again, and a task enqueued then is taken at once, not at the next poll."""
+    language = reconnecting_language
+    stage, app = f"idle_terminated_{language}", f"skiplock-test-idle-terminated-{language}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        worker = ClientWorker(language, url, stage, IDLE_WAIT=30, PGAPPNAME=app)
+        try:
+            wait_until("the worker to connect", lambda: backends(conn, app), 10, worker)
+            time.sleep(1.0)  # it found the stage empty and sleeps on LISTEN
+            old = terminate(conn, app)
+            assert old, "no backend of the worker found to terminate"
+            wait_until("the worker to reconnect", lambda: len(backends(conn, app) - old) >= len(old), 10, worker)
+            time.sleep(0.5)
+            (task_id,) = conn.execute("SELECT queue.enqueue('{}', stage => %s)", (stage,)).fetchone()
+            wait_until("the task to be done", lambda: conn.execute(
+                "SELECT 1 FROM queue.history WHERE id = %s", (task_id,)).fetchone(), 5, worker)
+            assert worker.proc.poll() is None, worker.log()
+        finally:
+            code = worker.stop()
+        assert code == 0, worker.log()
+    assert "connection lost" in worker.log(), worker.log()
+    assert "Traceback" not in worker.log() and "Unhandled" not in worker.log(), worker.log()
+
+
+@pytest.mark.parametrize("setting", ["BATCH=abc", "BATCH=0", "BATCH=1.5", "LEASE=-1", "IDLE_WAIT=soon"])
+def test_client_rejects_a_bad_numeric_setting(reconnecting_language: str, url: str, setting: str) -> None:
+    """A bad BATCH, LEASE or IDLE_WAIT: a clear message naming it and exit 2, before any take."""
+    name, value = setting.split("=")
+    stage = f"bad_setting_{reconnecting_language}"
+    proc = subprocess.run(LANGUAGES[reconnecting_language]["worker"], env=client_env(url, stage, **{name: value}),
+                          capture_output=True, text=True, timeout=20)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"{name}=" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_node_package_tests(node_ready: None, url: str) -> None:
     """clients/node's own tests (node --test): full loop, heartbeat, lost lease, fail paths, wake-up."""
     env = dict(os.environ, SKIPLOCK_TEST_URL=as_uri(url))

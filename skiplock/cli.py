@@ -7,6 +7,7 @@ make is a call to a function of schema `queue`.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from typing import Any, Callable
@@ -85,13 +86,37 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo.main(tasks=args.tasks, workers=args.workers)
 
 
+MAX_SECONDS = 365 * 86400.0   # the largest duration an option takes: a year
+
+
 def _positive(kind: Callable[[str], Any], zero: bool = False) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        value = kind(text)
+    """A whole number above zero (or zero and above), with a message that names the option's kind."""
+    def whole_number(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
         if value < 0 or (value == 0 and not zero):
             raise argparse.ArgumentTypeError(f"must be {'zero or more' if zero else 'positive'}: {text}")
         return value
-    return parse
+    return whole_number
+
+
+def _seconds(zero: bool = False, negative: bool = False) -> Callable[[str], float]:
+    """A finite number of seconds, at most MAX_SECONDS either way (the database keeps it as an interval)."""
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds")
+        if abs(value) > MAX_SECONDS:
+            raise argparse.ArgumentTypeError(f"{text} seconds is too long (at most {MAX_SECONDS:.0f}, a year)")
+        if not negative and (value < 0 or (value == 0 and not zero)):
+            raise argparse.ArgumentTypeError(f"must be {'zero or more' if zero else 'positive'}: {text}")
+        return value
+    return seconds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("payloads", nargs="*", metavar="JSON", help="payloads; none: read JSON lines from stdin")
     p.add_argument("--stage", "-s", default="default", help="stage to add to (default: default)")
     p.add_argument("--priority", type=int, default=0, help="lower runs first (default 0)")
-    p.add_argument("--delay", type=float, default=None, metavar="SECONDS", help="run no earlier than this many seconds from now")
+    p.add_argument("--delay", type=_seconds(negative=True), default=None, metavar="SECONDS", help="run no earlier than this many seconds from now")
     p.add_argument("--key", help="idempotency key (one payload only; uses queue.enqueue)")
     p.add_argument("--mode", choices=["ignore", "rerun"], default="ignore",
                    help="with --key, when a live task has the key: keep it (ignore) or re-run it with the new payload")
@@ -151,18 +176,18 @@ def build_parser() -> argparse.ArgumentParser:
                                    "SIGTERM or SIGINT: stop taking, let running commands finish (up to --grace), exit 0.")
     p.add_argument("--stage", "-s", required=True, help="stage to work on")
     p.add_argument("--concurrency", "-c", type=_positive(int), default=1, help="commands run at once (default 1), each slot with its own connection")
-    p.add_argument("--lease", type=_positive(float), default=None, metavar="SECONDS",
+    p.add_argument("--lease", type=_seconds(), default=None, metavar="SECONDS",
                    help="lease per attempt, renewed by heartbeats (default: the stage's lease_duration)")
     p.add_argument("--fatal-exit-code", type=int, default=None, metavar="N", help="this exit code fails the task for good (no retry)")
     p.add_argument("--snooze-exit-code", type=int, default=None, metavar="N",
                    help="this exit code means 'not now' (a rate limit, a resource not ready): the task goes back, "
                         "due --snooze seconds later, the attempt not counted")
-    p.add_argument("--snooze", type=_positive(float, zero=True), default=10.0, metavar="SECONDS",
+    p.add_argument("--snooze", type=_seconds(zero=True), default=10.0, metavar="SECONDS",
                    help="how long a task handed back by --snooze-exit-code waits (default 10)")
-    p.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
+    p.add_argument("--grace", type=_seconds(zero=True), default=30.0, metavar="SECONDS",
                    help="on SIGTERM, how long running commands may take before they are killed and their tasks "
                         "released (ready again, the attempt not counted; default 30)")
-    p.add_argument("--poll", type=_positive(float), default=5.0, metavar="SECONDS",
+    p.add_argument("--poll", type=_seconds(), default=5.0, metavar="SECONDS",
                    help="slow poll when idle, besides LISTEN (default 5)")
     p.add_argument("--until-empty", action="store_true", help="exit 0 once the stage has no due task left (drain and stop)")
     p.add_argument("--name", help="worker name recorded on each task (default host:pid)")
@@ -186,11 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="calls at once (default 1), each with its own connection; the stage's max_running still caps the tasks")
     p.add_argument("--max-tasks-per-call", type=_positive(int), default=1, metavar="K",
                    help="tasks one CALL may run before it returns (default 1)")
-    p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
+    p.add_argument("--grace", type=_seconds(zero=True), default=10.0, metavar="SECONDS",
                    help="on SIGTERM, how long running tasks may take before they are cancelled and released (default 10)")
-    p.add_argument("--watchdog-interval", type=_positive(float), default=0.5, metavar="SECONDS",
+    p.add_argument("--watchdog-interval", type=_seconds(), default=0.5, metavar="SECONDS",
                    help="seconds between calls of queue.cancel_overdue_sql_tasks() (default 0.5)")
-    p.add_argument("--poll", type=_positive(float), default=1.0, metavar="SECONDS",
+    p.add_argument("--poll", type=_seconds(), default=1.0, metavar="SECONDS",
                    help="slow poll when idle, besides LISTEN (default 1)")
     p.add_argument("--name", help="worker name recorded on each task (default host:pid)")
     p.add_argument("--quiet", "-q", action="store_true", help="no line per call on stderr (the summary is still printed)")
@@ -203,27 +228,79 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("top", parents=[db], help="stats refreshing live, with rates",
                        description="queue.metrics refreshed live: live tasks per stage and status, lag, and finished "
-                                   "tasks per second (over the last minute, and since the previous refresh).")
+                                   "tasks in the last minute, with their rate per second (that count / 60).")
     p.add_argument("--stage", "-s", action="append", help="only this stage (repeatable)")
-    p.add_argument("--interval", type=_positive(float), default=1.0, metavar="SECONDS", help="refresh every (default 1)")
+    p.add_argument("--interval", type=_seconds(), default=1.0, metavar="SECONDS", help="refresh every (default 1)")
     p.add_argument("--iterations", type=_positive(int), default=None, metavar="N", help="stop after N refreshes (default: until Ctrl-C)")
     p.set_defaults(func=cmd_top)
 
     p = sub.add_parser("maintain", parents=[db], help="the maintenance loop: SELECT * FROM queue.maintain() every N seconds",
                        description="Call queue.maintain() (reaping, partitions, retention) every --every seconds and "
                                    "print what it did. SIGTERM or SIGINT stops it after the current call.")
-    p.add_argument("--every", type=_positive(float), default=60.0, metavar="SECONDS", help="seconds between calls (default 60)")
+    p.add_argument("--every", type=_seconds(), default=60.0, metavar="SECONDS", help="seconds between calls (default 60)")
     p.add_argument("--once", action="store_true", help="call it once and exit")
     p.set_defaults(func=cmd_maintain)
 
     p = sub.add_parser("demo", help="enqueue tasks and drain them with worker processes, then summarise",
                        description="The demo: a throwaway cluster (or DATABASE_URL), a two-stage pipeline drained by workers.")
-    p.add_argument("--tasks", type=int, default=3000)
-    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--tasks", type=_positive(int), default=3000, help="tasks to enqueue (default 3000)")
+    p.add_argument("--workers", type=_positive(int), default=4, help="worker processes (default 4)")
     p.set_defaults(func=cmd_demo)
     return parser
 
 
+NOT_INSTALLED = ("3F000", "42P01", "42883")  # invalid_schema_name, undefined_table, undefined_function
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+def describe_error(e: BaseException) -> str:
+    """One line saying what went wrong with the database, for a `skiplock X: …` message."""
+    import psycopg
+    try:
+        from alembic.util import CommandError
+    except ImportError:  # pragma: no cover
+        CommandError = ()  # type: ignore[assignment]
+    if isinstance(e, CommandError):  # e.g. Alembic's "Can't locate revision identified by 'x'"
+        return _one_line(str(e))
+    seen: set[int] = set()
+    while not isinstance(e, psycopg.Error) and id(e) not in seen:  # SQLAlchemy (Alembic) wraps psycopg's errors
+        seen.add(id(e))
+        inner = getattr(e, "orig", None) or e.__cause__
+        if inner is None:
+            break
+        e = inner
+    if isinstance(e, psycopg.Error):
+        primary = e.diag.message_primary if e.sqlstate else None
+        if e.sqlstate is None:  # no server answer: a connection that failed or broke
+            return "cannot reach the database: " + _one_line(str(e).removeprefix("connection failed: "))
+        if e.sqlstate in NOT_INSTALLED:
+            return (f"skiplock is not installed in this database, or is older than this command ({primary}): "
+                    "run `skiplock upgrade`")
+        return f"{_one_line(primary or str(e))} (SQLSTATE {e.sqlstate})"
+    return _one_line(f"{e.__class__.__name__}: {e}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print(f"skiplock {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        import psycopg
+        try:
+            from alembic.util import CommandError
+            from sqlalchemy.exc import DBAPIError
+        except ImportError:  # pragma: no cover
+            CommandError = DBAPIError = ()  # type: ignore[assignment]
+        if not isinstance(e, (psycopg.Error, CommandError, DBAPIError)):
+            raise  # a bug: the traceback says where
+        print(f"skiplock {args.command}: {describe_error(e)}", file=sys.stderr)
+        for note in getattr(e, "__notes__", ()):  # e.g. why a migration gave up (alembic/env.py)
+            print(note, file=sys.stderr)
+        return 1

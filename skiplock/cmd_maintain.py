@@ -38,15 +38,19 @@ def run(url: str, args: argparse.Namespace) -> int:
                     out.print(f"{stamp} maintain: nothing to do", markup=False)
                 for row in rows:
                     out.print(f"{stamp} maintain: " + "  ".join(f"{n}={v}" for n, v in zip(names, row)), markup=False)
-            except psycopg.errors.UndefinedFunction:
+            except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName):
                 err.print("skiplock maintain: queue.maintain() does not exist in this database: run `skiplock upgrade`",
                           markup=False)
                 return 1
             except psycopg.OperationalError as e:  # the server went away: try again next round
-                err.print(f"skiplock maintain: {str(e).strip()}; retrying in {args.every:g} s", markup=False)
+                from skiplock.cli import describe_error
                 if conn is not None:
                     conn.close()
                 conn = None
+                if args.once:
+                    err.print(f"skiplock maintain: {describe_error(e)}", markup=False)
+                    return 1
+                err.print(f"skiplock maintain: {describe_error(e)}; retrying in {args.every:g} s", markup=False)
             if args.once or stop.wait(args.every):
                 return 0
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Callable
 
 import psycopg
@@ -65,7 +66,18 @@ def upgrade(url: str, target: str = "head") -> int:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         plan = planned(url, target)
+    except psycopg.Error:
+        raise  # the database cannot be read: reported by the command line, nothing tried
     except Exception as e:  # relative targets (+1) and the like: Alembic still knows what to do
+        from alembic.script import ScriptDirectory
+        from alembic.util import CommandError
+        if not re.search(r"[+-]\d+$", target):  # a revision that does not exist: say so rather than try
+            try:
+                ScriptDirectory.from_config(migrate.alembic_config(url)).get_revisions(target)
+            except CommandError:
+                raise
+            except Exception:
+                pass
         err.print(f"upgrading to {target} ({e.__class__.__name__}: cannot list the revisions first)")
         migrate.upgrade(url, target)
         return 0

@@ -264,19 +264,33 @@ def run(url: str, args: argparse.Namespace) -> int:
     if args.grace < 0:
         print("skiplock run-sql: --grace must not be negative", file=sys.stderr)
         return 2
+    from skiplock.cli import describe_error
     try:  # fail fast on a wrong URL, a database without SQL tasks, or a login that may not run them
         with psycopg.connect(url, autocommit=True) as conn:
-            role, current, member = conn.execute(
-                "SELECT session_user::text, current_user::text, "
-                "       pg_has_role(session_user, 'skiplock_sql', 'MEMBER') "
-                "       AND has_function_privilege('queue.run_sql_tasks(text,integer,text,integer)'::regprocedure, 'EXECUTE') "
-                "       AND has_function_privilege('queue.cancel_overdue_sql_tasks()'::regprocedure, 'EXECUTE')").fetchone()
+            # Membership first, on its own: looking the functions up needs USAGE on schema queue,
+            # which only skiplock's roles have, so a login outside them would get "permission denied".
+            role, current, installed, member = conn.execute(
+                "SELECT session_user::text, current_user::text, r.oid IS NOT NULL, "
+                "       pg_has_role(session_user, r.oid, 'MEMBER') "
+                "  FROM (SELECT) AS one LEFT JOIN pg_catalog.pg_roles r ON r.rolname = 'skiplock_sql'").fetchone()
+            if current != role:
+                print(f"skiplock run-sql: the session is {role} acting as {current} (SET ROLE): connect as the role whose "
+                      f"SQL tasks to run, e.g. with {current}'s own login (run_sql_tasks refuses SET ROLE)", file=sys.stderr)
+                return 1
+            if not installed:
+                print("skiplock run-sql: role skiplock_sql does not exist: skiplock (with SQL tasks) is not installed "
+                      "on this server: run `skiplock upgrade`", file=sys.stderr)
+                return 1
+            if member:
+                try:
+                    member = conn.execute(
+                        "SELECT has_function_privilege('queue.run_sql_tasks(text,integer,text,integer)'::regprocedure, 'EXECUTE') "
+                        "   AND has_function_privilege('queue.cancel_overdue_sql_tasks()'::regprocedure, 'EXECUTE')"
+                    ).fetchone()[0]
+                except psycopg.errors.InsufficientPrivilege:
+                    member = False
     except psycopg.Error as e:
-        print(f"skiplock run-sql: {str(e).strip()}", file=sys.stderr)
-        return 1
-    if current != role:
-        print(f"skiplock run-sql: the session is {role} acting as {current} (SET ROLE): connect as the role whose "
-              f"SQL tasks to run, e.g. with {current}'s own login (run_sql_tasks refuses SET ROLE)", file=sys.stderr)
+        print(f"skiplock run-sql: {describe_error(e)}", file=sys.stderr)
         return 1
     if not member:
         print(f"skiplock run-sql: role {role} may not run SQL tasks: GRANT skiplock_sql TO {role} "

@@ -8,13 +8,18 @@ seconds later, the attempt not counted) or queue.fail (other exits; fatal for --
 on LISTEN "skiplock.<stage>" with a slow poll. Commands run in their own session, so a Ctrl-C on
 the terminal reaches the worker only, which then drains: it stops taking, lets running commands
 end within --grace, then kills the rest and releases their tasks (queue.release: ready again at once,
-the attempt not counted).
+the attempt not counted). The kill comes from the main thread and does not wait for the database:
+a command is never left running because the server is down (its task then stays running until its
+lease expires, and the worker exits 1). On Linux a command also gets SIGKILL when its worker dies
+(prctl PR_SET_PDEATHSIG), so a worker killed with -9 leaves no command behind (its task waits for
+its lease to expire; processes the command started itself are not covered).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import ctypes
 import os
 import signal
 import socket
@@ -33,6 +38,40 @@ from skiplock.worker import channel
 STDERR_LINES = 20      # lines of stderr kept as the error of a failed attempt
 STDERR_CHARS = 1900    # and at most this much of their end (the database keeps 2,000 characters)
 KILL_WAIT = 5.0        # seconds between SIGTERM and SIGKILL of a command's process group
+RELEASE_WAIT = 15.0    # after the kill, how long the slots may take to hand their tasks back
+CONNECT_TIMEOUT = 5    # seconds a reconnect tried while a command runs may take
+
+
+class Unrecorded(Exception):
+    """A task's outcome could not be written: the database could not be reached."""
+
+
+def _death_signal() -> object:
+    """preexec_fn for a command: SIGKILL when the worker dies (Linux prctl PR_SET_PDEATHSIG), else None.
+
+    Everything is looked up here, in the parent; the child only calls prctl and getppid (no
+    import, no lookup, nothing that takes a lock another thread might hold at fork time)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    PR_SET_PDEATHSIG, SIGKILL, parent = 1, int(signal.SIGKILL), os.getpid()
+    getppid, kill_self = os.getppid, os._exit
+
+    def die_with_the_worker() -> None:
+        # The death signal goes with the thread that forked (a slot, which outlives its command)
+        # and is kept across exec. A worker that died before prctl: do not run the command.
+        prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
+        if getppid() != parent:
+            kill_self(1)
+    return die_with_the_worker
+
+
+DIE_WITH_THE_WORKER = _death_signal()
 
 
 @dataclass
@@ -55,6 +94,7 @@ class Shared:
         self.lock = threading.Lock()
         self.counts = collections.Counter()
         self.running = 0
+        self.procs: dict[int, subprocess.Popen] = {}   # slot index -> its running command
         self.console = Console(stderr=True, highlight=False, soft_wrap=True)
 
     def log(self, message: str) -> None:
@@ -63,6 +103,14 @@ class Shared:
     def count(self, what: str) -> None:
         with self.lock:
             self.counts[what] += 1
+
+    def kill_commands(self, sig: signal.Signals) -> int:
+        """Signal the process group of every command still running; how many were signalled."""
+        with self.lock:
+            procs = [p for p in self.procs.values() if p.returncode is None]
+            for proc in procs:
+                _signal_group(proc, sig)
+        return len(procs)
 
 
 def error_text(returncode: int, tail: collections.deque[str]) -> str:
@@ -85,6 +133,7 @@ class Slot(threading.Thread):
     def __init__(self, shared: Shared, index: int) -> None:
         super().__init__(name=f"slot-{index}", daemon=True)
         self.shared = shared
+        self.index = index
         self.worker_name = f"{shared.name}:{index}" if shared.args.concurrency > 1 else shared.name
         self.conn: psycopg.Connection | None = None
         self.error: BaseException | None = None
@@ -113,6 +162,22 @@ class Slot(threading.Thread):
             pass
         self.conn = self.connect()
 
+    def reconnect_once(self) -> bool:
+        """One try at a new connection, bounded, for the heartbeat: a command is running and must
+        stay supervised (killed at the end of the grace, or when its lease is lost)."""
+        self.shared.count("reconnects")
+        try:
+            if self.conn is not None:
+                self.conn.close()
+        except Exception:
+            pass
+        try:
+            self.conn = psycopg.connect(self.shared.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+            self.conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel(self.shared.args.stage))))
+            return True
+        except psycopg.OperationalError:
+            return False
+
     # -- loop ---------------------------------------------------------------------------------
     def run(self) -> None:
         try:
@@ -129,6 +194,11 @@ class Slot(threading.Thread):
                     self.idle()
                     continue
                 self.work(task)
+        except psycopg.OperationalError as e:
+            # Only between tasks (work() reports its own): nothing is held, and when we are
+            # stopping, a database that cannot be reached has nothing left to be told.
+            if not self.shared.stopping.is_set():
+                self.error = e
         except BaseException as e:  # reported by the main thread, which exits 1
             self.error = e
         finally:
@@ -168,8 +238,16 @@ class Slot(threading.Thread):
             sh.running += 1
         try:
             try:
-                proc = subprocess.Popen(sh.argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                        start_new_session=True)
+                with sh.lock:
+                    if sh.abort.is_set():  # taken as the grace ended: hand it back unrun
+                        proc = None
+                    else:
+                        proc = subprocess.Popen(sh.argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                                start_new_session=True, preexec_fn=DIE_WITH_THE_WORKER)
+                        sh.procs[self.index] = proc
+                if proc is None:
+                    self.end(task, "shutdown", None, started)
+                    return
             except OSError as e:  # not found, not executable: this attempt fails like a crash would
                 self.end(task, "fail", f"cannot run {sh.argv[0]}: {e}", started)
                 return
@@ -178,7 +256,14 @@ class Slot(threading.Thread):
             reader = threading.Thread(target=self._read_stderr, args=(proc, tail), daemon=True)
             feeder.start()
             reader.start()
-            outcome = self._supervise(proc, task)
+            try:
+                outcome = self._supervise(proc, task)
+            finally:
+                if proc.returncode is None:  # an error left the supervision: the command goes too
+                    _signal_group(proc, signal.SIGKILL)
+                    proc.wait()
+                with sh.lock:
+                    sh.procs.pop(self.index, None)
             reader.join(timeout=2.0)
             feeder.join(timeout=1.0)
             if outcome == "lost":
@@ -225,6 +310,8 @@ class Slot(threading.Thread):
         while True:
             try:
                 proc.wait(timeout=0.1)
+                if outcome == "exited" and proc.returncode != 0 and sh.abort.is_set():
+                    outcome = "aborted"  # the main thread's kill at the end of the grace got there first
                 return outcome
             except subprocess.TimeoutExpired:
                 pass
@@ -243,7 +330,9 @@ class Slot(threading.Thread):
                                       (task.id, task.lease, a.lease))
                     next_beat = now + every
                 except psycopg.OperationalError:
-                    self.reconnect()           # try again soon on the new connection
+                    # One bounded try, never the waiting reconnect loop: the command stays
+                    # supervised while the database is away. Try again soon.
+                    self.reconnect_once()
                     next_beat = time.monotonic() + min(every, 1.0)
                 except psycopg.Error as e:
                     if e.sqlstate != "SK001":
@@ -267,14 +356,22 @@ class Slot(threading.Thread):
             sql = ("SELECT queue.fail(%s, %s, %s, fatal => %s, "
                    "retry_in => %s::float8 * interval '1 second')")
             params = (task.id, task.lease, error, how == "fatal", None)
-        for attempt in (1, 2):
-            try:
-                ok = self.conn.execute(sql, params).fetchone()[0]
-                break
-            except psycopg.OperationalError:
-                self.reconnect()
-                if attempt == 2:
-                    raise
+        try:
+            for attempt in (1, 2):
+                try:
+                    ok = self.conn.execute(sql, params).fetchone()[0]
+                    break
+                except psycopg.OperationalError:
+                    if attempt == 2:
+                        raise
+                    self.reconnect()   # waits for the database, unless we are stopping
+        except psycopg.OperationalError as e:
+            from skiplock.cli import describe_error
+            what = {"finish": "finished", "shutdown": "released", "snooze": "handed back",
+                    "fail": "failed", "fatal": "failed"}[how]
+            raise Unrecorded(f"task {task.id} could not be {what}: {describe_error(e)}; it stays running "
+                             "until its lease expires (queue.reap_hung, run by `skiplock maintain`, then "
+                             "hands it back)") from e
         took = time.monotonic() - started
         if not ok:
             sh.count("lost")
@@ -285,8 +382,21 @@ class Slot(threading.Thread):
                 "shutdown": "released (shutdown)"}[how]
         sh.count(word)
         if not a.quiet:
-            first = (error or "").splitlines()[0] if error else ""
+            first = _summary(error)
             sh.log(f"task {task.id} attempt {task.attempt}: {word} in {took:.2f} s" + (f" ({first})" if first else ""))
+
+
+def _summary(error: str | None) -> str:
+    """The error on one line for the per-task log: how it ended and the last line of stderr."""
+    if not error:
+        return ""
+    how, _, lines = error.partition("\n")
+    last = lines.rstrip().rsplit("\n", 1)[-1].strip()
+    if not last:
+        return how
+    if len(last) > 200:
+        last = last[:199] + "…"
+    return how.replace("last lines of stderr:", "last line of stderr:") + " " + last
 
 
 def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
@@ -312,7 +422,8 @@ def run(url: str, args: argparse.Namespace) -> int:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("SELECT 'queue.take_next(text,integer,interval,text)'::regprocedure")
     except psycopg.Error as e:
-        print(f"skiplock worker: {str(e).strip()}", file=sys.stderr)
+        from skiplock.cli import describe_error
+        print(f"skiplock worker: {describe_error(e)}", file=sys.stderr)
         return 1
 
     deadline: list[float] = []
@@ -323,7 +434,10 @@ def run(url: str, args: argparse.Namespace) -> int:
             deadline.append(time.monotonic() + args.grace)
             with sh.lock:
                 running = sh.running
-            sh.log(f"{signal.Signals(signum).name}: draining, {running} command(s) running, grace {args.grace:g} s")
+            if running:
+                sh.log(f"{signal.Signals(signum).name}: draining, {running} command(s) running, grace {args.grace:g} s")
+            else:
+                sh.log(f"{signal.Signals(signum).name}: stopping, no command running")
         elif not sh.abort.is_set():
             sh.log(f"{signal.Signals(signum).name} again: killing running commands now")
             sh.abort.set()
@@ -332,31 +446,56 @@ def run(url: str, args: argparse.Namespace) -> int:
     slots = [Slot(sh, i) for i in range(args.concurrency)]
     if not args.quiet:
         sh.log(f"{args.concurrency} slot(s) running {' '.join(argv)}")
+    gave_up = 0
     try:
         for s in slots:
             s.start()
         last_report = time.monotonic()
+        killed_at: float | None = None
         while any(s.is_alive() for s in slots):
             for s in slots:
                 s.join(timeout=0.1)
             now = time.monotonic()
             if deadline and not sh.abort.is_set():
                 if now >= deadline[0]:
-                    sh.log("grace over: killing running commands, their tasks are released (ready again, attempt not counted)")
+                    with sh.lock:
+                        running = sh.running
+                    if running:
+                        sh.log(f"grace over: killing {running} running command(s), then releasing their tasks "
+                               "(ready again, attempt not counted)")
                     sh.abort.set()
-                elif now - last_report >= 5.0:
+                elif now - max(last_report, deadline[0] - args.grace) >= 5.0:
                     last_report = now
-                    sh.log(f"draining: {sh.running} command(s) still running, "
-                           f"{max(deadline[0] - now, 0):.0f} s of grace left")
+                    with sh.lock:
+                        running = sh.running
+                    if running:
+                        sh.log(f"draining: {running} command(s) still running, "
+                               f"{max(deadline[0] - now, 0):.0f} s of grace left")
+            if sh.abort.is_set():
+                # The kill comes from here, whatever the slots are doing (waiting for a database that
+                # is down, say): first the commands, then their slots may release the tasks.
+                if killed_at is None:
+                    killed_at = now
+                    sh.kill_commands(signal.SIGTERM)
+                elif now - killed_at > KILL_WAIT:
+                    sh.kill_commands(signal.SIGKILL)
+                if now - killed_at > KILL_WAIT + RELEASE_WAIT:
+                    gave_up = sum(s.is_alive() for s in slots)
+                    break
     finally:
+        sh.kill_commands(signal.SIGKILL)  # none is left running when the worker exits (normally none is)
         for s, handler in old.items():
             signal.signal(s, handler)
     errors = [s.error for s in slots if s.error is not None]
     c = sh.counts
-    if not args.quiet or errors:
+    if not args.quiet or errors or gave_up:
         sh.log(f"stopped: {c['done']} done, {c['failed']} failed, {c['fatal']} fatal, {c['snoozed']} snoozed, "
                f"{c['released (shutdown)']} interrupted, {c['lost']} lease lost")
     for e in errors[:1]:
         message = e.diag.message_primary if isinstance(e, psycopg.Error) and e.diag.message_primary else str(e)
         sh.log(f"error: {message}")
+    if gave_up:
+        sh.log(f"error: {gave_up} slot(s) could not reach the database within {RELEASE_WAIT:g} s of the kill: "
+               "their tasks stay running until their leases expire")
+        return 1
     return 1 if errors else 0

@@ -318,3 +318,170 @@ def test_upgrade_on_an_empty_database(admin_url: str) -> None:
         assert again.returncode == 0 and "nothing to apply" in again.stdout
     finally:
         skiplock.testrun.drop_database(admin_url, u)
+
+
+# -- failures said in one line, the database down, the worker's end ---------------------------
+
+def _unreachable_url() -> str:
+    from skiplock.devdb import _free_port
+    return f"postgresql://postgres@127.0.0.1:{_free_port()}/nothing_listens_here"
+
+
+def _one_clear_line(proc: subprocess.CompletedProcess, command: str) -> str:
+    assert proc.returncode == 1, (command, proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr, (command, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"skiplock {command}: "), (command, proc.stderr)
+    return lines[0]
+
+
+def test_commands_on_an_unreachable_database_exit_1_with_one_line(tmp_path: Path) -> None:
+    down = _unreachable_url()
+    for args in (["enqueue", "{}"], ["stats"], ["top", "--iterations", "1"], ["upgrade"], ["downgrade", "-1"]):
+        line = _one_clear_line(run(down, *args), args[0])
+        assert "cannot reach the database" in line, line
+
+
+def test_maintain_once_on_an_unreachable_database_fails_without_promising_a_retry() -> None:
+    proc = run(_unreachable_url(), "maintain", "--once")
+    line = _one_clear_line(proc, "maintain")
+    assert "cannot reach the database" in line and "retrying" not in line, line
+
+
+def test_commands_on_a_database_without_skiplock_say_run_upgrade(admin_url: str) -> None:
+    bare = skiplock.testrun.create_database(admin_url, "test_cli_bare")
+    try:
+        for args in (["stats"], ["top", "--iterations", "1"], ["maintain", "--once"]):
+            line = _one_clear_line(run(bare, *args), args[0])
+            assert "run `skiplock upgrade`" in line, line
+    finally:
+        skiplock.testrun.drop_database(admin_url, bare)
+
+
+def test_upgrade_and_downgrade_to_an_unknown_revision_say_so(url: str) -> None:
+    for command in ("upgrade", "downgrade"):
+        line = _one_clear_line(run(url, command, "nosuchrev"), command)
+        assert "nosuchrev" in line, line
+
+
+def test_demo_rejects_a_count_below_one() -> None:
+    env = dict(ENV, DATABASE_URL=_unreachable_url())  # were they accepted, no cluster would be started
+    for args in (["--tasks", "-5"], ["--workers", "0"]):
+        proc = subprocess.run([sys.executable, "-m", "skiplock", "demo", *args], capture_output=True, text=True,
+                              env=env, cwd=ROOT, timeout=30)
+        assert proc.returncode == 2 and "must be positive" in proc.stderr, (args, proc.stderr)
+
+
+def test_seconds_options_reject_what_is_not_a_sane_number_of_seconds(capsys: pytest.CaptureFixture[str]) -> None:
+    for option in ("--lease", "--snooze", "--poll", "--grace"):
+        for value, said in (("abc", "'abc' is not a number of seconds"), ("nan", "is not a number of seconds"),
+                            ("inf", "is not a number of seconds"), ("1e20", "too long")):
+            with pytest.raises(SystemExit) as exit_:
+                cli.main(["worker", "-s", "x", option, value, "--", "true"])
+            assert exit_.value.code == 2, (option, value)
+            err = capsys.readouterr().err
+            assert f"argument {option}: " in err and said in err, (option, value, err)
+    with pytest.raises(SystemExit):
+        cli.main(["top", "--help"])
+    assert "since the previous refresh" not in capsys.readouterr().out  # the rate is last minute's count / 60
+
+
+def test_run_sql_as_a_login_outside_skiplock_sql_gets_the_grant_hint(url: str, conn: psycopg.Connection) -> None:
+    role = f"cli_plain_{os.getpid()}"
+    conn.execute(f"CREATE ROLE {role} LOGIN")  # no skiplock role: not even USAGE on schema queue
+    try:
+        proc = run(psycopg.conninfo.make_conninfo(url, user=role), "run-sql", "--stage", "cli.sql")
+        line = _one_clear_line(proc, "run-sql")
+        assert f"GRANT skiplock_sql TO {role}" in line and "permission denied" not in line, line
+    finally:
+        conn.execute(f"DROP ROLE {role}")
+
+
+def test_worker_log_line_keeps_the_last_line_of_stderr(url: str, conn: psycopg.Connection) -> None:
+    (task,) = enqueue(conn, "cli.logline", {})
+    proc = run(url, "worker", "--stage", "cli.logline", "--until-empty", "--",
+               "sh", "-c", "echo first >&2; echo the real reason >&2; exit 7")
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if f"task {task} attempt 1: failed" in x]
+    assert line.endswith("(exit status 7; last line of stderr: the real reason)"), line
+
+
+def test_sigterm_with_nothing_running_does_not_report_draining(url: str) -> None:
+    proc = _start_worker(url, "cli.idle", "--poll", "0.5", "--", "true")
+    try:
+        time.sleep(5.5)  # the progress line came every 5 s, counted from the start: at once on the signal
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "draining" not in err and "0 command(s)" not in err, err
+
+
+def _gone(pid: int) -> bool:
+    """The process ended (a zombie waiting for its new parent counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not _gone(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _pid_from(path: Path) -> int:
+    wait_for(lambda: path.exists() and path.read_text().strip() != "")
+    return int(path.read_text())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_worker_killed_with_sigkill_takes_its_command_with_it(url: str, conn: psycopg.Connection,
+                                                              tmp_path: Path) -> None:
+    enqueue(conn, "cli.kill9", {})
+    pidfile = tmp_path / "command.pid"
+    proc = _start_worker(url, "cli.kill9", "--lease", "3", "--", "sh", "-c", f'echo $$ > "{pidfile}"; exec sleep 60')
+    command = None
+    try:
+        command = _pid_from(pidfile)
+        proc.kill()  # SIGKILL: the worker cannot clean up; its command must not outlive it
+        proc.communicate(timeout=10)
+        assert _wait_gone(command, 5), "the command outlived its worker"
+    finally:
+        proc.kill()
+        if command is not None and not _gone(command):
+            os.kill(command, signal.SIGKILL)
+
+
+def test_worker_sigterm_with_the_database_down_kills_the_command_and_exits_1(tmp_path: Path) -> None:
+    from skiplock import devdb
+    cluster = devdb.Cluster(durable=False).start()  # its own server, which this test stops
+    command = None
+    proc = None
+    try:
+        u = cluster.createdb("down")
+        migrate.upgrade(u)
+        with psycopg.connect(u, autocommit=True) as c:
+            (task,) = enqueue(c, "cli.down", {})
+        pidfile = tmp_path / "command.pid"
+        proc = _start_worker(u, "cli.down", "--lease", "3", "--grace", "1",
+                             "--", "sh", "-c", f'echo $$ > "{pidfile}"; exec sleep 60')
+        command = _pid_from(pidfile)
+        cluster.stop(mode="fast", remove=False)
+        time.sleep(1.0)  # a heartbeat or two fails
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+        assert _wait_gone(command, 3), f"the command outlived its worker:\n{err}"
+        assert proc.returncode == 1, err
+        assert f"task {task} could not be released: cannot reach the database" in err, err
+    finally:
+        if proc is not None:
+            proc.kill()
+        if command is not None and not _gone(command):
+            os.kill(command, signal.SIGKILL)
+        cluster.stop()

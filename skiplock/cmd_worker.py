@@ -153,24 +153,22 @@ class Slot(threading.Thread):
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    def reconnect(self) -> None:
+    def drop_connection(self) -> None:
         self.shared.count("reconnects")
         try:
             if self.conn is not None:
                 self.conn.close()
         except Exception:
             pass
+
+    def reconnect(self) -> None:
+        self.drop_connection()
         self.conn = self.connect()
 
     def reconnect_once(self) -> bool:
         """One try at a new connection, bounded, for the heartbeat: a command is running and must
         stay supervised (killed at the end of the grace, or when its lease is lost)."""
-        self.shared.count("reconnects")
-        try:
-            if self.conn is not None:
-                self.conn.close()
-        except Exception:
-            pass
+        self.drop_connection()
         try:
             self.conn = psycopg.connect(self.shared.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
             self.conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel(self.shared.args.stage))))

@@ -5,7 +5,8 @@
 --   group_limit  at most this many tasks of one group_key run at once (0 removes the cap);
 --   paused       true: take_next hands out nothing of the stage until it is set false again.
 -- A new limit applies to the takes that start after this call commits; tasks already running
--- are not stopped (a lowered cap holds again once enough of them end).
+-- are not stopped (a lowered cap holds again once enough of them end). Resuming a stage or
+-- changing a cap wakes the workers waiting on it (_wake_waiters).
 CREATE OR REPLACE FUNCTION queue.configure_stage(
         stage          text,
         lease_duration interval DEFAULT NULL,
@@ -26,6 +27,7 @@ CREATE OR REPLACE FUNCTION queue.configure_stage(
 AS $$
 DECLARE
     v_row queue.stage_settings;
+    v_waiting text;
 BEGIN
     IF configure_stage.stage IS DISTINCT FROM '*' THEN
         PERFORM queue._check_stage(configure_stage.stage);
@@ -75,6 +77,15 @@ BEGIN
                   DETAIL = SQLERRM,
                   HINT = 'lease_duration > 0, max_attempts >= 1, backoff ''linear'' or ''exponential'', delays >= 0, jitter between 0 and 1.';
     END;
+    -- Resuming a stage or changing a cap can make tasks takeable at once: wake the workers that
+    -- wait on it (for '*', on any stage).
+    IF configure_stage.paused IS FALSE OR configure_stage.max_running IS NOT NULL
+       OR configure_stage.group_limit IS NOT NULL THEN
+        FOR v_waiting IN SELECT w.stage FROM queue.stage_waiters w
+                          WHERE configure_stage.stage IN (w.stage, '*') LOOP
+            PERFORM queue._wake_waiters(v_waiting);
+        END LOOP;
+    END IF;
     RETURN v_row;
 END
 $$;

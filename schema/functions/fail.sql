@@ -6,6 +6,8 @@
 -- A periodic task that becomes fatal is recorded as fatal in queue.history and re-armed for its
 -- next slot (as finish() re-arms it), so one bad run does not end its schedule; cancel() does.
 -- The error text is kept to 2,000 characters (see _bounded_error).
+-- A task due again at once (retry_in '0', a zero backoff, a re-run) wakes the stage's waiting
+-- workers (_wake_waiters).
 -- Returns true when this call ended the attempt; false, changing nothing, when lease is not current.
 CREATE OR REPLACE FUNCTION queue.fail(
         id       bigint,
@@ -50,6 +52,7 @@ BEGIN
            SET status = 'ready', rerun = false, attempt = 0, lease = NULL, lease_expires = NULL,
                started = NULL, error_text = v_error, updated = v_now
          WHERE t.id = v_task.id;
+        PERFORM queue._wake_waiters(v_task.stage);
         RETURN true;
     END IF;
 
@@ -71,11 +74,14 @@ BEGIN
                 v_task.key, v_task.attempt, v_task.worker, v_error, v_task.created, v_task.started, v_now,
                 v_task.group_key, v_task.run_as);
     ELSE
+        v_next := v_now + coalesce(fail.retry_in, queue._retry_delay(v_settings, v_task.attempt));
         UPDATE queue.live_tasks t
-           SET status = 'error',
-               run_at = v_now + coalesce(fail.retry_in, queue._retry_delay(v_settings, v_task.attempt)),
+           SET status = 'error', run_at = v_next,
                lease = NULL, lease_expires = NULL, error_text = v_error, updated = v_now
          WHERE t.id = v_task.id;
+        IF v_next <= v_now THEN
+            PERFORM queue._wake_waiters(v_task.stage);
+        END IF;
     END IF;
     RETURN true;
 END

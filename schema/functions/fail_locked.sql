@@ -4,7 +4,8 @@
 -- attempt, it is 'fatal', moved to queue.history (a periodic task is recorded and re-armed). The
 -- error text is kept to 2,000 characters. Roll back the worker's own writes first, to a savepoint
 -- taken after take_locked. The row lock is the claim: only a task whose lock belongs to this
--- transaction ends.
+-- transaction ends. A task due again at once (retry_in '0', a zero backoff) wakes the stage's
+-- waiting workers when this transaction commits (_wake_waiters).
 -- Returns true when this call ended the attempt; false, changing nothing, for any other task
 -- (55000 for a task taken inside a savepoint, as finish_locked).
 -- Locks the task's row (already locked by take_locked); writes queue.live_tasks, and
@@ -80,11 +81,14 @@ BEGIN
                 v_task.key, v_attempt, fail_locked.worker, v_error, v_task.created, pg_catalog.now(), v_now,
                 v_task.group_key, v_task.run_as);
     ELSE
+        v_next := v_now + coalesce(fail_locked.retry_in, queue._retry_delay(v_settings, v_attempt));
         UPDATE queue.live_tasks t
-           SET status = 'error', attempt = v_attempt,
-               run_at = v_now + coalesce(fail_locked.retry_in, queue._retry_delay(v_settings, v_attempt)),
+           SET status = 'error', attempt = v_attempt, run_at = v_next,
                error_text = v_error, updated = v_now
          WHERE t.id = v_task.id;
+        IF v_next <= v_now THEN
+            PERFORM queue._wake_waiters(v_task.stage);
+        END IF;
     END IF;
     RETURN true;
 END

@@ -2,7 +2,7 @@
 -- Without next_stage the task is done: it leaves queue.live_tasks and is written to queue.history
 -- in the same statement. With next_stage (a pipeline) it is recorded as done in its current stage
 -- and waits, ready, in next_stage from attempt 0. A task enqueued again with mode 'rerun' while it
--- ran is queued again in its stage instead.
+-- ran is queued again in its stage instead (waking the stage's waiting workers when it is due).
 -- A periodic task (repeat set) is recorded as done in queue.history and, in the same statement,
 -- re-armed: the same row waits, ready from attempt 0, for its next run (see _next_slot: with
 -- drift the first slot after now, skipping missed ones; without drift now() + repeat). It cannot
@@ -21,6 +21,8 @@ DECLARE
     v_now   timestamptz := pg_catalog.now();
     v_count integer;
     v_next  queue.stage_settings;
+    v_stage text;
+    v_due   boolean;
 BEGIN
     IF finish.id IS NULL OR finish.lease IS NULL THEN
         RAISE EXCEPTION 'id and lease must not be NULL'
@@ -113,8 +115,12 @@ BEGIN
     UPDATE queue.live_tasks t
        SET status = 'ready', rerun = false, attempt = 0, lease = NULL, lease_expires = NULL,
            started = NULL, error_text = NULL, updated = v_now
-     WHERE t.id = finish.id AND t.lease = finish.lease AND t.rerun;
+     WHERE t.id = finish.id AND t.lease = finish.lease AND t.rerun
+    RETURNING t.stage, t.run_at <= v_now INTO v_stage, v_due;
     IF FOUND THEN
+        IF v_due THEN
+            PERFORM queue._wake_waiters(v_stage);
+        END IF;
         RETURN true;
     END IF;
     -- Nothing ended: a stale lease, or a periodic task asked to move on.

@@ -14,6 +14,8 @@ DECLARE
     v_done  integer;
     v_again integer;
     v_rerun integer;
+    v_due   text[];
+    v_stage text;
 BEGIN
     IF finish_batch.id IS NULL OR finish_batch.lease IS NULL
        OR pg_catalog.cardinality(finish_batch.id) <> pg_catalog.cardinality(finish_batch.lease) THEN
@@ -76,13 +78,22 @@ BEGIN
     IF v_done = pg_catalog.cardinality(finish_batch.id) THEN
         RETURN v_done;
     END IF;
-    -- Tasks enqueued again with mode 'rerun' while they ran go back to ready.
-    UPDATE queue.live_tasks t
-       SET status = 'ready', rerun = false, attempt = 0, lease = NULL, lease_expires = NULL,
-           started = NULL, error_text = NULL, updated = v_now
-      FROM ROWS FROM (pg_catalog.unnest(finish_batch.id), pg_catalog.unnest(finish_batch.lease)) AS p(id, lease)
-     WHERE t.id = p.id AND t.lease = p.lease AND t.rerun;
-    GET DIAGNOSTICS v_rerun = ROW_COUNT;
+    -- Tasks enqueued again with mode 'rerun' while they ran go back to ready; the stages of
+    -- those due now wake their waiting workers.
+    WITH again AS (
+        UPDATE queue.live_tasks t
+           SET status = 'ready', rerun = false, attempt = 0, lease = NULL, lease_expires = NULL,
+               started = NULL, error_text = NULL, updated = v_now
+          FROM ROWS FROM (pg_catalog.unnest(finish_batch.id), pg_catalog.unnest(finish_batch.lease)) AS p(id, lease)
+         WHERE t.id = p.id AND t.lease = p.lease AND t.rerun
+        RETURNING t.stage, t.run_at <= v_now AS due
+    )
+    SELECT (SELECT pg_catalog.count(*) FROM again)::integer,
+           ARRAY(SELECT DISTINCT a.stage FROM again a WHERE a.due)
+      INTO v_rerun, v_due;
+    FOREACH v_stage IN ARRAY v_due LOOP
+        PERFORM queue._wake_waiters(v_stage);
+    END LOOP;
     RETURN v_done + v_rerun;
 END
 $$;

@@ -15,6 +15,8 @@ AS $$
 DECLARE
     v_now   timestamptz := pg_catalog.now();
     v_count integer;
+    v_due   text[];
+    v_stage text;
 BEGIN
     WITH expired AS (
         SELECT t.id,
@@ -70,10 +72,15 @@ BEGIN
                lease = NULL, lease_expires = NULL, error_text = e.message, updated = v_now
           FROM expired e
          WHERE t.id = e.id AND e.retry
-        RETURNING 1
+        RETURNING t.stage, t.run_at <= v_now AS due
     )
-    SELECT ((SELECT pg_catalog.count(*) FROM fatal) + (SELECT pg_catalog.count(*) FROM retried))::integer
-      INTO v_count;
+    SELECT ((SELECT pg_catalog.count(*) FROM fatal) + (SELECT pg_catalog.count(*) FROM retried))::integer,
+           ARRAY(SELECT DISTINCT r.stage FROM retried r WHERE r.due)
+      INTO v_count, v_due;
+    -- Tasks due again at once (a re-run, a zero backoff) wake their stage's waiting workers.
+    FOREACH v_stage IN ARRAY v_due LOOP
+        PERFORM queue._wake_waiters(v_stage);
+    END LOOP;
     RETURN v_count;
 END
 $$;

@@ -4,6 +4,7 @@
 -- (priority and run_at are unchanged); with it, it is due retry_in from now. Either way its
 -- attempt counter goes back by one, so shutdowns and snoozes never use up max_attempts. A task
 -- enqueued again with mode 'rerun' while it ran starts over from attempt 0 with its new payload.
+-- A task due at once wakes the stage's waiting workers (_wake_waiters).
 -- Returns false, changing nothing, when the lease is not the task's current one (reaped,
 -- retaken, finished or cancelled meanwhile).
 -- The signature gained retry_in in revision 0019: the two-argument version goes first, so that a
@@ -18,6 +19,9 @@ CREATE OR REPLACE FUNCTION queue.release(id bigint, lease uuid, retry_in interva
     SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_stage text;
+    v_due   boolean;
 BEGIN
     IF release.id IS NULL OR release.lease IS NULL THEN
         RAISE EXCEPTION 'id and lease must not be NULL'
@@ -39,10 +43,17 @@ BEGIN
            error_text = CASE WHEN t.rerun THEN NULL ELSE t.error_text END,
            rerun = false, lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
            updated = pg_catalog.now()
-     WHERE t.id = release.id AND t.lease = release.lease;
-    RETURN FOUND;
+     WHERE t.id = release.id AND t.lease = release.lease
+    RETURNING t.stage, t.run_at <= pg_catalog.now() INTO v_stage, v_due;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_due THEN
+        PERFORM queue._wake_waiters(v_stage);
+    END IF;
+    RETURN true;
 END
 $$;
-COMMENT ON FUNCTION queue.release(bigint, uuid, interval) IS 'Hands a running task back without counting the attempt (a worker shutting down, or a snooze): due again at once in its old place, or retry_in from now; attempt minus one. Returns false when the lease is no longer current. Locks the task''s row.';
+COMMENT ON FUNCTION queue.release(bigint, uuid, interval) IS 'Hands a running task back without counting the attempt (a worker shutting down, or a snooze): due again at once in its old place, or retry_in from now; attempt minus one. Returns false when the lease is no longer current. Locks the task''s row; NOTIFY skiplock.<stage> while a worker waits, when the task is due at once.';
 REVOKE ALL ON FUNCTION queue.release(bigint, uuid, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.release(bigint, uuid, interval) TO skiplock_worker, skiplock_admin;

@@ -2,6 +2,7 @@
 -- for its retry, or a 'fatal' or 'cancelled' task from queue.history (its history row goes back
 -- to queue.live_tasks). A ready task is left as it is. A periodic task that was cancelled comes
 -- back as a one-off run (history does not keep the schedule: enqueue it again to restore it).
+-- Wakes the stage's waiting workers (_wake_waiters).
 -- Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a running or done task.
 CREATE OR REPLACE FUNCTION queue.retry(id bigint)
     RETURNS void
@@ -14,6 +15,7 @@ DECLARE
     v_now    timestamptz := pg_catalog.now();
     v_status queue.task_status;
     v_last   queue.history;
+    v_stage  text;
 BEGIN
     IF retry.id IS NULL THEN
         RAISE EXCEPTION 'id must not be NULL'
@@ -29,7 +31,11 @@ BEGIN
         END IF;
         UPDATE queue.live_tasks t
            SET status = 'ready', run_at = v_now, attempt = 0, updated = v_now
-         WHERE t.id = retry.id AND t.status = 'error';
+         WHERE t.id = retry.id AND t.status = 'error'
+        RETURNING t.stage INTO v_stage;
+        IF FOUND THEN
+            PERFORM queue._wake_waiters(v_stage);
+        END IF;
         RETURN;
     END IF;
 
@@ -59,8 +65,9 @@ BEGIN
     END;
     DELETE FROM queue.history h
      WHERE h.id = v_last.id AND h.finished = v_last.finished AND h.status = v_last.status;
+    PERFORM queue._wake_waiters(v_last.stage);
 END
 $$;
-COMMENT ON FUNCTION queue.retry(bigint) IS 'Queues a failed task (error, fatal or cancelled) again now from attempt 0 (a cancelled periodic task as a one-off run). Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a running or done task, SK002 when a live task took its key.';
+COMMENT ON FUNCTION queue.retry(bigint) IS 'Queues a failed task (error, fatal or cancelled) again now from attempt 0 (a cancelled periodic task as a one-off run). Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a running or done task, SK002 when a live task took its key. NOTIFY skiplock.<stage> while a worker waits.';
 REVOKE ALL ON FUNCTION queue.retry(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.retry(bigint) TO skiplock_admin;

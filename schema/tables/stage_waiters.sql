@@ -1,5 +1,6 @@
 -- Which stages have a worker waiting for work. take_next, take_locked and run_sql_tasks write a
--- row when they find nothing due (see _mark_waiting); enqueue, enqueue_batch and finish(next_stage) send their NOTIFY only while
+-- row when they find nothing due (see _mark_waiting); enqueue, enqueue_batch, finish(next_stage)
+-- and whatever else makes a task due at once (see _wake_waiters) send their NOTIFY only while
 -- the row is fresh. NOTIFY makes committing transactions queue on one database-wide lock, so a
 -- busy stage, whose workers never find it empty, enqueues without it. Unlogged: after a crash
 -- the rows are gone until workers next find their stages empty, which they do on their next poll.
@@ -8,6 +9,6 @@ CREATE UNLOGGED TABLE queue.stage_waiters (
     until  timestamptz NOT NULL
 );
 
-COMMENT ON TABLE queue.stage_waiters IS 'Stages with a worker waiting for work (written by take_next, take_locked and run_sql_tasks when they find nothing due): enqueue sends NOTIFY skiplock.<stage> only while until is in the future, so busy stages enqueue without the commit-serialising NOTIFY. Unlogged; empty after a crash until workers poll again.';
+COMMENT ON TABLE queue.stage_waiters IS 'Stages with a worker waiting for work (written by take_next, take_locked and run_sql_tasks when they find nothing due): enqueue, and anything else that makes a task due at once (release, retry, fail, reap_hung), sends NOTIFY skiplock.<stage> only while until is in the future, so busy stages enqueue without the commit-serialising NOTIFY. Unlogged; empty after a crash until workers poll again.';
 COMMENT ON COLUMN queue.stage_waiters.stage IS 'The stage a worker found empty.';
 COMMENT ON COLUMN queue.stage_waiters.until IS 'Wake-ups are sent until then: one minute after a take found the stage empty (refreshed when less than 30 s are left).';

@@ -133,3 +133,100 @@ def test_a_stages_own_notify_setting_overrides_the_defaults_row(conn: psycopg.Co
         assert channels(listener, 1.0) == ["skiplock.wake.no_row"]
     finally:
         conn.execute("SELECT queue.configure_stage('*', notify => true)")
+
+
+# Every other way a task becomes due at once wakes a waiting worker too (revision 0024): a worker
+# handing its task back as it shuts down, an admin's retry, a failure retried at once, a re-run
+# queued again, a reaped task, a stage resumed. Each case leaves one task of its stage running
+# (or in the state it needs), marks the stage as waited on, then acts; `due` says whether the act
+# leaves a task due at once, which is when a wake-up is worth its commit-time lock.
+def _running(conn: psycopg.Connection, stage: str, key: str | None = None) -> tuple[int, object]:
+    conn.execute("SELECT queue.enqueue('{}', %s, key => %s)", (stage, key))
+    return conn.execute("SELECT id, lease FROM queue.take_next(%s)", (stage,)).fetchone()
+
+
+def _release(conn, stage):
+    task_id, lease = _running(conn, stage)
+    return lambda: conn.execute("SELECT queue.release(%s, %s)", (task_id, lease))
+
+
+def _release_later(conn, stage):
+    task_id, lease = _running(conn, stage)
+    return lambda: conn.execute("SELECT queue.release(%s, %s, retry_in => '1 hour')", (task_id, lease))
+
+
+def _retry_error(conn, stage):
+    task_id, lease = _running(conn, stage)
+    conn.execute("SELECT queue.fail(%s, %s, 'boom', retry_in => '1 hour')", (task_id, lease))
+    return lambda: conn.execute("SELECT queue.retry(%s)", (task_id,))
+
+
+def _retry_fatal(conn, stage):
+    task_id, lease = _running(conn, stage)
+    conn.execute("SELECT queue.fail(%s, %s, 'boom', fatal => true)", (task_id, lease))
+    return lambda: conn.execute("SELECT queue.retry(%s)", (task_id,))
+
+
+def _fail_at_once(conn, stage):
+    task_id, lease = _running(conn, stage)
+    return lambda: conn.execute("SELECT queue.fail(%s, %s, 'boom', retry_in => '0')", (task_id, lease))
+
+
+def _fail_later(conn, stage):
+    task_id, lease = _running(conn, stage)
+    return lambda: conn.execute("SELECT queue.fail(%s, %s, 'boom', retry_in => '1 hour')", (task_id, lease))
+
+
+def _fail_locked_at_once(conn, stage):
+    conn.execute("SELECT queue.enqueue('{}', %s)", (stage,))
+
+    def act():
+        with conn.transaction():
+            task_id = conn.execute("SELECT id FROM queue.take_locked(%s)", (stage,)).fetchone()[0]
+            conn.execute("SELECT queue.fail_locked(%s, 'boom', retry_in => '0')", (task_id,))
+    return act
+
+
+def _finish_rerun(conn, stage):
+    task_id, lease = _running(conn, stage, key="k")
+    conn.execute("SELECT queue.enqueue('{\"v\": 2}', %s, key => 'k', mode => 'rerun')", (stage,))
+    return lambda: conn.execute("SELECT queue.finish(%s, %s)", (task_id, lease))
+
+
+def _finish_batch_rerun(conn, stage):
+    task_id, lease = _running(conn, stage, key="k")
+    conn.execute("SELECT queue.enqueue('{\"v\": 2}', %s, key => 'k', mode => 'rerun')", (stage,))
+    return lambda: conn.execute("SELECT queue.finish_batch(ARRAY[%s]::bigint[], ARRAY[%s]::uuid[])", (task_id, lease))
+
+
+def _reap_at_once(conn, stage):
+    conn.execute("SELECT queue.configure_stage(%s, lease_duration => '10 milliseconds', backoff_base => '0', "
+                 "backoff_jitter => 0)", (stage,))
+    _running(conn, stage)
+    time.sleep(0.05)
+    return lambda: conn.execute("SELECT queue.reap_hung()")
+
+
+def _resume(conn, stage):
+    conn.execute("SELECT queue.configure_stage(%s, paused => true)", (stage,))
+    conn.execute("SELECT queue.enqueue('{}', %s)", (stage,))
+    return lambda: conn.execute("SELECT queue.configure_stage(%s, paused => false)", (stage,))
+
+
+@pytest.mark.parametrize(("prepare", "due"), [
+    (_release, True), (_release_later, False), (_retry_error, True), (_retry_fatal, True),
+    (_fail_at_once, True), (_fail_later, False), (_fail_locked_at_once, True), (_finish_rerun, True),
+    (_finish_batch_rerun, True), (_reap_at_once, True), (_resume, True),
+], ids=lambda v: v.__name__.lstrip("_") if callable(v) else None)
+def test_a_task_due_again_at_once_wakes_the_waiting_workers(conn: psycopg.Connection, listener: psycopg.Connection,
+                                                            prepare, due: bool):
+    stage = "wake.again." + prepare.__name__.lstrip("_")
+    act = prepare(conn, stage)
+    listener.execute(f'LISTEN "skiplock.{stage}"')
+    conn.execute("INSERT INTO queue.stage_waiters (stage, until) VALUES (%s, now() + interval '1 minute') "
+                 "ON CONFLICT (stage) DO UPDATE SET until = excluded.until", (stage,))
+    act()
+    assert channels(listener, 1.0 if due else 0.5) == ([f"skiplock.{stage}"] if due else [])
+    due_now = conn.execute("SELECT count(*) FROM queue.live_tasks WHERE stage = %s AND status <> 'running' "
+                           "AND run_at <= now()", (stage,)).fetchone()[0]
+    assert due_now == (1 if due else 0)

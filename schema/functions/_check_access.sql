@@ -22,8 +22,10 @@ BEGIN
         USING ERRCODE = '42501',
               DETAIL = pg_catalog.format('Stage %s is restricted and role %s has no %s right on it.',
                                          pg_catalog.quote_literal(_check_access.stage), pg_catalog.quote_ident(v_caller), _check_access.what),
+              -- grant_stage takes a regrole, whose input is an identifier: "Worker" stays Worker.
               HINT = pg_catalog.format('An admin can allow it: SELECT queue.grant_stage(%s, %s);',
-                                       pg_catalog.quote_literal(_check_access.stage), pg_catalog.quote_literal(v_caller));
+                                       pg_catalog.quote_literal(_check_access.stage),
+                                       pg_catalog.quote_literal(pg_catalog.quote_ident(v_caller)));
 END
 $$;
 COMMENT ON FUNCTION queue._check_access(text, text) IS 'Internal: raises 42501 unless the calling role (queue._caller()) may enqueue into / take from a restricted stage: listed in queue.stage_access with that right, or a member of skiplock_admin.';

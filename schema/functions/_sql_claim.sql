@@ -17,7 +17,9 @@ CREATE OR REPLACE FUNCTION queue._sql_claim(stage text, worker text DEFAULT NULL
 AS $$
 DECLARE
     v_now      timestamptz := pg_catalog.now();
-    v_owner    regrole     := SESSION_USER::regrole;
+    -- By exact name: a cast of the name to regrole would parse it ("Reporting" as reporting,
+    -- a role named 10 as OID 10).
+    v_owner    regrole     := (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = SESSION_USER)::regrole;
     v_worker   text        := pg_catalog.format('%s#%s', pg_catalog.left(coalesce(_sql_claim.worker, 'sql'), 180),
                                                 pg_catalog.pg_backend_pid());
     v_settings queue.stage_settings;

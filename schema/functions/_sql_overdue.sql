@@ -13,7 +13,9 @@ CREATE OR REPLACE FUNCTION queue._sql_overdue()
 AS $$
     UPDATE queue.live_tasks t
        SET updated = pg_catalog.now()
-     WHERE t.status = 'running' AND t.run_as = SESSION_USER::regrole
+     WHERE t.status = 'running'
+       -- by exact name: a cast of the name to regrole would parse it as SQL input
+       AND t.run_as = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = SESSION_USER)::regrole
        AND t.started + coalesce((t.payload ->> 'timeout')::interval,
                                 (queue._settings(t.stage)).lease_duration) < pg_catalog.now()
        -- not signalled since it went overdue (the claim set updated = started), or over 5 s ago

@@ -9,7 +9,9 @@
 --                 'rerun' replaces its request. Only the role that enqueued it may re-run it.
 --   repeat, drift as enqueue: a periodic SQL task.
 --   max           at most this many tasks of the stage run at once: sets the stage's max_running
---                 (configure_stage), which holds for every task of the stage.
+--                 (configure_stage), which holds for every task of the stage. A stage's policy
+--                 is an admin's: others may pass only the cap the stage already has (42501).
+-- A restricted stage (grant_stage) raises 42501 before anything of it is read.
 --   keep_history  false: a run that succeeds leaves no history row (pg_task's "delete").
 -- Only members of skiplock_sql may call it. The request is kept in payload ({"sql", "timeout",
 -- "keep_history"}); the role in live_tasks.run_as, which nothing but this function sets.
@@ -33,7 +35,10 @@ CREATE OR REPLACE FUNCTION queue.enqueue_sql(
     SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_caller  regrole := queue._caller()::regrole;
+    -- By exact name: a cast of the name to regrole would parse it ("Reporting" as reporting,
+    -- a role named 10 as OID 10, a dotted name as an error).
+    v_caller  regrole := (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = queue._caller())::regrole;
+    v_settings queue.stage_settings;
     v_payload jsonb;
     v_id      bigint;
     v_owner   regrole;
@@ -79,6 +84,25 @@ BEGIN
                   HINT = 'A request is at most 1 MiB with its options; call a function that holds the logic instead.';
     END IF;
 
+    -- Access first: a caller with no right on a restricted stage learns nothing of its keys,
+    -- and waits on none of its rows.
+    PERFORM queue._check_stage(enqueue_sql.stage);
+    v_settings := queue._settings(enqueue_sql.stage);
+    IF v_settings.restricted THEN
+        PERFORM queue._check_access(enqueue_sql.stage, 'enqueue');
+    END IF;
+    -- A stage's cap is its policy, which only admins set (configure_stage).
+    IF enqueue_sql.max IS NOT NULL AND v_settings.max_running IS DISTINCT FROM enqueue_sql.max
+       AND NOT pg_catalog.pg_has_role(queue._caller(), 'skiplock_admin', 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied to set the cap of stage %', enqueue_sql.stage
+            USING ERRCODE = '42501',
+                  DETAIL = pg_catalog.format('max => %s would set the max_running of stage %s (now %s) for all its tasks; only skiplock_admin members change a stage''s policy.',
+                                             enqueue_sql.max, pg_catalog.quote_literal(enqueue_sql.stage),
+                                             coalesce(v_settings.max_running::text, 'no cap')),
+                  HINT = pg_catalog.format('Leave max out, or ask an admin: SELECT queue.configure_stage(%s, max_running => %s);',
+                                           pg_catalog.quote_literal(enqueue_sql.stage), enqueue_sql.max);
+    END IF;
+
     IF enqueue_sql.key IS NOT NULL THEN
         -- A key of another role's task, or of an ordinary task, is not this caller's to touch.
         SELECT t.id, t.run_as INTO v_id, v_owner
@@ -114,12 +138,12 @@ BEGIN
                   HINT = 'Use another key.';
     END IF;
 
-    IF enqueue_sql.max IS NOT NULL THEN
+    IF enqueue_sql.max IS DISTINCT FROM v_settings.max_running AND enqueue_sql.max IS NOT NULL THEN
         PERFORM queue.configure_stage(enqueue_sql.stage, max_running => enqueue_sql.max);
     END IF;
     RETURN v_id;
 END
 $$;
-COMMENT ON FUNCTION queue.enqueue_sql(text, text, timestamptz, interval, integer, text, text, interval, boolean, integer, boolean) IS 'Adds an SQL task and returns its id: run_sql_tasks, in a session of the calling role, runs request (best one statement; several all run, the result describes part of them) at run_at, cancels it after timeout, stores its rows in the history row''s result (none with keep_history => false), retries errors by the stage''s policy. key/mode/repeat/drift as enqueue; max sets the stage''s max_running. Members of skiplock_sql only. Raises 22004/22023/54000 for bad arguments, 42501 for a key held by another role''s task.';
+COMMENT ON FUNCTION queue.enqueue_sql(text, text, timestamptz, interval, integer, text, text, interval, boolean, integer, boolean) IS 'Adds an SQL task and returns its id: run_sql_tasks, in a session of the calling role, runs request (best one statement; several all run, the result describes part of them) at run_at, cancels it after timeout, stores its rows in the history row''s result (none with keep_history => false), retries errors by the stage''s policy. key/mode/repeat/drift as enqueue; max sets the stage''s max_running (skiplock_admin members only, unless it is the cap the stage has). Members of skiplock_sql only. Raises 22004/22023/54000 for bad arguments, 42501 for a restricted stage without the enqueue right, a max set by a non-admin, or a key held by another role''s task.';
 REVOKE ALL ON FUNCTION queue.enqueue_sql(text, text, timestamptz, interval, integer, text, text, interval, boolean, integer, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.enqueue_sql(text, text, timestamptz, interval, integer, text, text, interval, boolean, integer, boolean) TO skiplock_sql, skiplock_admin;

@@ -660,6 +660,8 @@ def test_max_2_never_runs_more_than_2_tasks_of_the_stage_at_once(admin: psycopg.
     admin.execute(sql.SQL("GRANT INSERT ON public.sqlt_cap_log TO {}").format(sql.Identifier(roles.alice)))
     request = ("DO $$DECLARE s timestamptz := clock_timestamp(); BEGIN PERFORM pg_sleep(0.5); "
                "INSERT INTO public.sqlt_cap_log VALUES (s, clock_timestamp()); END$$")
+    # The cap is an admin's; alice may pass the cap the stage has (pg_task's habit), not set one.
+    admin.execute("SELECT queue.configure_stage(%s, max_running => 2)", (stage,))
     ids = [enqueue_sql(alice, request, stage=stage, max=2) for _ in range(n)]
     done = lambda: admin.execute("SELECT count(*) FROM queue.history WHERE stage = %s AND status = 'done'",  # noqa: E731
                                  (stage,)).fetchone()[0] == n
@@ -674,6 +676,81 @@ def test_max_2_never_runs_more_than_2_tasks_of_the_stage_at_once(admin: psycopg.
         running += step
         most = max(most, running)
     assert most == 2
+
+
+def test_max_from_a_role_outside_skiplock_admin_cannot_change_a_stages_cap(admin: psycopg.Connection,
+                                                                         alice: psycopg.Connection) -> None:
+    # max sets max_running for every task of the stage, ordinary ones too: a stage's policy.
+    stage = "cap.policy"
+    admin.execute("SELECT queue.configure_stage(%s, max_running => 2)", (stage,))
+    for attempt in (100000, 1):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege) as denied:
+            enqueue_sql(alice, "SELECT 1", stage=stage, max=attempt)
+        assert "configure_stage('cap.policy', max_running => " in denied.value.diag.message_hint
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        enqueue_sql(alice, "SELECT 1", stage="cap.none", max=3)  # a stage without a cap gets none
+    assert enqueue_sql(alice, "SELECT 1", stage=stage, max=2) > 0
+    assert admin.execute("SELECT stage, max_running FROM queue.stage_settings WHERE stage LIKE 'cap.%%' ORDER BY 1"
+                         ).fetchall() == [("cap.policy", 2)]
+    assert admin.execute("SELECT count(*) FROM queue.live_tasks WHERE stage LIKE 'cap.%%'").fetchone()[0] == 1
+
+
+def test_enqueue_sql_on_a_restricted_stage_says_only_permission_denied_whatever_the_key(
+        admin: psycopg.Connection, alice: psycopg.Connection) -> None:
+    # Another tenant's key must neither be told apart from a free one nor make the caller wait.
+    stage = "sec.keys"
+    admin.execute("SELECT queue.grant_stage(%s, 'skiplock_admin'::regrole)", (stage,))
+    admin.execute("SELECT queue.enqueue('{}', %s, key => 'invoice-42')", (stage,))
+    with psycopg.connect(admin.info.dsn) as holder:  # a worker holds that task's row
+        holder.execute("SELECT id FROM queue.live_tasks WHERE stage = %s FOR UPDATE", (stage,))
+        alice.execute("SET lock_timeout = '2s'")
+        for key in ("invoice-42", "invoice-43"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege) as denied:
+                enqueue_sql(alice, "SELECT 1", stage=stage, key=key)
+            assert str(denied.value).startswith("permission denied for stage sec.keys"), (key, denied.value)
+        alice.execute("RESET lock_timeout")
+
+
+def test_sql_tasks_belong_to_the_role_of_that_exact_name(admin: psycopg.Connection, db: str, roles: Roles) -> None:
+    # A cast of a role's name to regrole reads it as SQL input: "Mixed" as mixed, a name of
+    # digits as an OID, a dotted name as an error. run_as must be the caller, whatever its name.
+    suffix = uuid.uuid4().hex[:8]
+    alice_oid = admin.execute("SELECT %s::regrole::oid::text", (roles.alice,)).fetchone()[0]
+    lower, mixed, digits, dotted = f"sqlt_mixed_{suffix}", f"Sqlt_Mixed_{suffix}", alice_oid, f"sqlt.dot.{suffix}"
+    made = [lower, mixed, digits, dotted]
+    for role in made:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE skiplock_sql").format(sql.Identifier(role)))
+    try:
+        ids = {}
+        for role in (mixed, digits, dotted):
+            with psycopg.connect(psycopg.conninfo.make_conninfo(db, user=role), autocommit=True) as c:
+                ids[role] = enqueue_sql(c, "SELECT current_user::text", stage="names")
+        for role, task_id in ids.items():
+            assert task(admin, task_id)[4] == admin.execute(
+                "SELECT oid::regrole::text FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0], role
+        # Neither the lower-case namesake nor alice (whose OID is a role's name) runs them.
+        for role in (lower, roles.alice):
+            with psycopg.connect(psycopg.conninfo.make_conninfo(db, user=role), autocommit=True) as c:
+                assert call(c, "names") == 0
+        for role in (mixed, digits, dotted):
+            with psycopg.connect(psycopg.conninfo.make_conninfo(db, user=role), autocommit=True) as c:
+                assert call(c, "names") == 1
+                assert task(admin, ids[role])[3]["rows"] == [[role]]
+        # The grant the access error suggests names the caller, not its lower-case namesake.
+        admin.execute("SELECT queue.grant_stage('names.closed', 'skiplock_admin'::regrole)")
+        with psycopg.connect(psycopg.conninfo.make_conninfo(db, user=mixed), autocommit=True) as c:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege) as denied:
+                enqueue_sql(c, "SELECT 1", stage="names.closed")
+        hint = denied.value.diag.message_hint
+        grant = hint[hint.index("SELECT queue.grant_stage"):]
+        admin.execute(grant)
+        assert admin.execute("SELECT role::text FROM queue.stage_access WHERE stage = 'names.closed' "
+                             "AND role <> 'skiplock_admin'::regrole").fetchall() == [(f'"{mixed}"',)]
+    finally:
+        admin.execute("DELETE FROM queue.stage_access WHERE stage = 'names.closed'")
+        for role in made:
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
 # -- repeat ---------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 -- run_sql_tasks itself commits, so it cannot run inside this transaction: tests/py/test_sql_tasks.py
 -- drives it.
 BEGIN;
-SELECT plan(60);
+SELECT plan(61);
 
 CREATE ROLE skiplock_t_alice NOLOGIN IN ROLE skiplock_sql;
 CREATE ROLE skiplock_t_bob NOLOGIN IN ROLE skiplock_sql;
@@ -48,8 +48,10 @@ SELECT is(run_as::text, 'skiplock_t_alice', 'queue.tasks shows run_as') FROM que
 SELECT is(run_as, NULL, 'an ordinary task has no run_as') FROM queue.live_tasks WHERE id = queue.enqueue('{}', 'plain');
 
 SET ROLE skiplock_t_alice;
-SELECT is(queue.enqueue_sql('SELECT 1', stage => 'capped', max => 2) IS NOT NULL, true, 'enqueue_sql with max');
+SELECT throws_ok($$SELECT queue.enqueue_sql('SELECT 1', stage => 'capped', max => 2)$$, '42501', NULL,
+                 'enqueue_sql with max from a role outside skiplock_admin is 42501 (a stage''s cap is policy)');
 RESET ROLE;
+SELECT is(queue.enqueue_sql('SELECT 1', stage => 'capped', max => 2) IS NOT NULL, true, 'enqueue_sql with max from an admin');
 SELECT is(max_running, 2, 'max sets the stage''s max_running') FROM queue.stage_settings WHERE stage = 'capped';
 
 -- Keys: ignore, rerun, and whose key it is.

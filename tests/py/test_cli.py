@@ -306,6 +306,63 @@ def test_maintain(url: str) -> None:
     assert out.count("maintain") >= 2
 
 
+def test_maintain_loop_survives_calls_that_fail_and_reaps_once_they_stop(url: str, conn: psycopg.Connection) -> None:
+    # A history policy whose retention reaches before year 1 makes every rotation raise 22008
+    # (timestamp out of range), so each call of queue.maintain() fails and rolls back, reaping
+    # included. Written to the table directly as the superuser (not through configure_history,
+    # which may refuse it), and only the data: no function of skiplock is redefined.
+    before = conn.execute("SELECT retention, last_rotated FROM queue.history_policy").fetchone()
+    conn.execute("UPDATE queue.history_policy SET retention = interval '10000 years', last_rotated = NULL")
+    loop = None
+    try:
+        with pytest.raises(psycopg.Error) as raised:  # the provocation still works: one call fails
+            conn.execute("SELECT * FROM queue.maintain()")
+        assert raised.value.sqlstate == "22008", raised.value
+        line = _one_clear_line(run(url, "maintain", "--once"), "maintain")  # --once still exits 1 on it
+        assert "SQLSTATE 22008" in line and "next call" not in line, line
+        # A hung task: taken, its lease expired.
+        (task,) = enqueue(conn, "cli.maintain.err", {})
+        conn.execute("SELECT * FROM queue.take_next('cli.maintain.err', lease_for => interval '1 second')")
+        conn.execute("UPDATE queue.live_tasks SET lease_expires = now() - interval '1 minute' WHERE id = %s", (task,))
+
+        loop = subprocess.Popen(skiplock_cmd(url, "maintain", "--every", "0.2"), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=ENV)
+        out: list[str] = []
+        err: list[str] = []
+        readers = [threading.Thread(target=lambda s=s, into=into: into.extend(s), daemon=True)
+                   for s, into in ((loop.stdout, out), (loop.stderr, err))]
+        for r in readers:
+            r.start()
+
+        def alive_and(predicate):
+            def check() -> bool:
+                assert loop.poll() is None, f"maintain exited with {loop.returncode}: {''.join(err)}"
+                return predicate()
+            return check
+
+        wait_for(alive_and(lambda: len(err) >= 2))  # failed twice and is still there
+        assert all(line.startswith("skiplock maintain: ") and "SQLSTATE 22008" in line for line in err), err
+        assert "Traceback" not in "".join(err)
+        assert rows(conn, "cli.maintain.err")[0][1] == "running"  # the failed calls reaped nothing
+
+        conn.execute("UPDATE queue.history_policy SET retention = %s", (before[0],))  # the setting fixed
+        wait_for(alive_and(lambda: rows(conn, "cli.maintain.err")[0][1] != "running"), timeout=30)
+        wait_for(alive_and(lambda: any("reap_hung" in line and "count=1" in line for line in out)))
+        assert rows(conn, "cli.maintain.err")[0][3].startswith("lease expired")
+        time.sleep(0.5)
+        assert loop.poll() is None  # still looping
+        loop.send_signal(signal.SIGTERM)
+        loop.wait(timeout=20)
+        for r in readers:
+            r.join(timeout=5)
+        assert loop.returncode == 0, "".join(err)
+    finally:
+        if loop is not None:
+            loop.kill()
+            loop.wait()
+        conn.execute("UPDATE queue.history_policy SET retention = %s, last_rotated = %s", before)
+
+
 def test_upgrade_on_an_empty_database(admin_url: str) -> None:
     u = skiplock.testrun.create_database(admin_url, "test_cli_upgrade")
     try:

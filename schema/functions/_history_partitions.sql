@@ -1,12 +1,14 @@
 -- _history_partitions(): the dated partitions of queue.history with the range each covers, read
 -- from the catalog (the default partition is not listed). The bounds are read back from
--- pg_get_expr() in the same session that printed them, so DateStyle and TimeZone round-trip;
--- MINVALUE and MAXVALUE become -infinity and infinity.
+-- pg_get_expr() under DateStyle ISO, whose numeric offsets read back exactly (a zone abbreviation,
+-- as other styles print, may be read as another zone: IST as Israel's); MINVALUE and MAXVALUE
+-- become -infinity and infinity.
 CREATE OR REPLACE FUNCTION queue._history_partitions()
     RETURNS TABLE (partition regclass, schema text, name text, range tstzrange)
     LANGUAGE sql
     STABLE
     SET search_path = pg_catalog, pg_temp
+    SET DateStyle = 'ISO, YMD'
 AS $$
     SELECT c.oid::pg_catalog.regclass, n.nspname::text, c.relname::text,
            pg_catalog.tstzrange(

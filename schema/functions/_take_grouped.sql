@@ -9,7 +9,8 @@
 -- tasks + k <= group_limit (group_limit 1: one at a time per group, its head first). Tasks
 -- without a group_key count only against max_running. A pass that fills a group's room leaves
 -- the rest of the batch to the next pass, which skips that group. Every pass claims at least
--- one task or ends the walk, so there are at most `batch` passes. Cost: the index walk of a pass
+-- one task, skips the tasks other transactions hold (leaving them out of the later passes), or
+-- ends the walk; after batch + 100 passes it stops, so many held tasks cost a bounded walk. Cost: the index walk of a pass
 -- reads, and filters out, the due tasks of capped groups that stand ahead of its candidates.
 CREATE OR REPLACE FUNCTION queue._take_grouped(
         stage       text,
@@ -30,8 +31,13 @@ DECLARE
     v_ids    bigint[];
     v_groups text[];
     v_taken  integer;
+    v_fits   bigint[];
+    v_skip   bigint[] := '{}'::bigint[];
+    v_rows   queue.live_tasks[];
+    v_passes integer := 0;
 BEGIN
-    WHILE v_left > 0 LOOP
+    WHILE v_left > 0 AND v_passes < _take_grouped.batch + 100 LOOP
+        v_passes := v_passes + 1;
         v_capped := ARRAY(SELECT r.group_key
                             FROM queue.live_tasks r
                            WHERE r.stage = _take_grouped.stage AND r.status = 'running'
@@ -49,14 +55,14 @@ BEGIN
                    AND l.run_as IS NULL  -- SQL tasks are run_sql_tasks', run in their role's sessions
                    AND l.run_at <= _take_grouped.taken_at
                    AND (l.group_key IS NULL OR l.group_key <> ALL (v_capped))
+                   AND l.id <> ALL (v_skip)
                  ORDER BY l.priority, l.run_at, l.id
                  LIMIT v_left) c;
         EXIT WHEN v_ids IS NULL;
 
         -- Of them, those whose group has room: the k-th candidate of a group fits when the
         -- group's running tasks + k <= group_limit.
-        RETURN QUERY
-        WITH fits AS (
+        v_fits := ARRAY(
             SELECT n.id
               FROM (SELECT p.id, p.group_key,
                            pg_catalog.row_number() OVER (PARTITION BY p.group_key ORDER BY p.ord) AS k
@@ -66,31 +72,46 @@ BEGIN
                 OR n.k + (SELECT pg_catalog.count(*)
                             FROM queue.live_tasks r
                            WHERE r.stage = _take_grouped.stage AND r.status = 'running'
-                             AND r.group_key = n.group_key) <= _take_grouped.group_limit
-        ), picked AS (
+                             AND r.group_key = n.group_key) <= _take_grouped.group_limit);
+        WITH picked AS (
             SELECT l.id
               FROM queue.live_tasks l
-             WHERE l.id IN (SELECT f.id FROM fits f)
+             WHERE l.id = ANY (v_fits)
                AND l.stage = _take_grouped.stage
                AND l.status IN ('ready', 'error')
                AND l.run_as IS NULL
                AND l.run_at <= _take_grouped.taken_at
                FOR UPDATE SKIP LOCKED
+        ), claimed AS (
+            UPDATE queue.live_tasks t
+               SET status        = 'running',
+                   attempt       = t.attempt + 1,
+                   lease         = pg_catalog.gen_random_uuid(),
+                   lease_expires = _take_grouped.taken_at + _take_grouped.lease_for,
+                   started       = _take_grouped.taken_at,
+                   updated       = _take_grouped.taken_at,
+                   worker        = _take_grouped.worker
+              FROM picked
+             WHERE t.id = picked.id
+            RETURNING t AS task
         )
-        UPDATE queue.live_tasks t
-           SET status        = 'running',
-               attempt       = t.attempt + 1,
-               lease         = pg_catalog.gen_random_uuid(),
-               lease_expires = _take_grouped.taken_at + _take_grouped.lease_for,
-               started       = _take_grouped.taken_at,
-               updated       = _take_grouped.taken_at,
-               worker        = _take_grouped.worker
-          FROM picked
-         WHERE t.id = picked.id
-        RETURNING t.id, t.payload, t.attempt, t.lease, t.lease_expires, t.priority, t.key;
-        GET DIAGNOSTICS v_taken = ROW_COUNT;
-        -- Done when nothing fitted (or all that fitted were locked), or when the candidates ran
-        -- out before the batch did: a further pass would find none.
+        SELECT pg_catalog.array_agg(c.task ORDER BY (c.task).priority, (c.task).run_at, (c.task).id)
+          INTO v_rows FROM claimed c;
+        v_taken := coalesce(pg_catalog.cardinality(v_rows), 0);
+        RETURN QUERY
+        SELECT r.id, r.payload, r.attempt, r.lease, r.lease_expires, r.priority, r.key
+          FROM pg_catalog.unnest(v_rows) r
+         ORDER BY r.priority, r.run_at, r.id;
+        -- A fitting task another transaction holds (a producer's re-run, an admin's edit) was
+        -- skipped: leave it out of the next pass, whose candidates then reach past it.
+        IF v_taken < pg_catalog.cardinality(v_fits) THEN
+            v_skip := v_skip || ARRAY(SELECT f.id FROM pg_catalog.unnest(v_fits) f(id)
+                                       WHERE f.id <> ALL (ARRAY(SELECT r.id FROM pg_catalog.unnest(v_rows) r)));
+            v_left := v_left - v_taken;
+            CONTINUE;
+        END IF;
+        -- Done when nothing fitted, or when the candidates ran out before the batch did: a
+        -- further pass would find none.
         EXIT WHEN v_taken = 0 OR pg_catalog.cardinality(v_ids) < v_left;
         v_left := v_left - v_taken;
     END LOOP;

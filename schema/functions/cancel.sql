@@ -22,7 +22,11 @@ BEGIN
     INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
                                error_text, created, started, finished, group_key, run_as)
     SELECT g.id, g.stage, 'cancelled', g.priority, g.run_at, g.payload, g.key, g.attempt, g.worker,
-           g.error_text, g.created, g.started, v_now, g.group_key, g.run_as
+           g.error_text, g.created, g.started,
+           -- The cancel is the task's last event, also after a run that ended while this call
+           -- waited for the row (finish_locked stamps the clock, later than this now()).
+           GREATEST(v_now, (SELECT pg_catalog.max(h.finished) FROM queue.history h WHERE h.id = g.id)),
+           g.group_key, g.run_as
       FROM gone g;
     IF NOT FOUND THEN
         PERFORM queue._raise_not_live(cancel.id, 'cancel');

@@ -10,6 +10,9 @@
 -- Like any TRUNCATE it is not MVCC-safe: a REPEATABLE READ or SERIALIZABLE transaction whose
 -- snapshot is older sees an empty hot table afterwards. READ COMMITTED work (every queue function
 -- called on its own) is unaffected. maintain() calls it only when the table is mostly empty space.
+-- It must itself run READ COMMITTED (0A000 otherwise): its copy of the rows is read after the
+-- lock, with a fresh snapshot; an older one would write back a stale table, losing the tasks
+-- enqueued since and bringing finished ones back.
 CREATE OR REPLACE FUNCTION queue.compact()
     RETURNS TABLE (tasks bigint, bytes_before bigint, bytes_after bigint)
     LANGUAGE plpgsql
@@ -21,6 +24,13 @@ AS $$
 DECLARE
     v_rows queue.live_tasks[];
 BEGIN
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'compact() must run in a READ COMMITTED transaction'
+            USING ERRCODE = '0A000',
+                  DETAIL = pg_catalog.format('This transaction is %s: its snapshot may predate tasks enqueued, taken or finished since, which the rewrite would lose or bring back.',
+                                             pg_catalog.upper(pg_catalog.current_setting('transaction_isolation'))),
+                  HINT = 'Call it on its own, or BEGIN ISOLATION LEVEL READ COMMITTED first. Nothing was changed.';
+    END IF;
     bytes_before := pg_catalog.pg_total_relation_size('queue.live_tasks');
     BEGIN
         LOCK TABLE queue.live_tasks IN ACCESS EXCLUSIVE MODE;
@@ -40,6 +50,6 @@ BEGIN
     RETURN NEXT;
 END
 $$;
-COMMENT ON FUNCTION queue.compact() IS 'Gives queue.live_tasks'' space back after bloat (a long transaction held vacuum back): copies the live tasks out, TRUNCATEs the table and its indexes, writes them back unchanged. Takes ACCESS EXCLUSIVE on queue.live_tasks until the transaction ends (waits at most 100 ms for it, else 55P03, nothing changed). Not MVCC-safe, like TRUNCATE: older REPEATABLE READ snapshots see the hot table empty. Returns (tasks, bytes_before, bytes_after). maintain() calls it when the table is mostly free space.';
+COMMENT ON FUNCTION queue.compact() IS 'Gives queue.live_tasks'' space back after bloat (a long transaction held vacuum back): copies the live tasks out, TRUNCATEs the table and its indexes, writes them back unchanged. Takes ACCESS EXCLUSIVE on queue.live_tasks until the transaction ends (waits at most 100 ms for it, else 55P03, nothing changed). Not MVCC-safe, like TRUNCATE: older REPEATABLE READ snapshots see the hot table empty. Returns (tasks, bytes_before, bytes_after). Raises 0A000 outside READ COMMITTED. maintain() calls it when the table is mostly free space.';
 REVOKE ALL ON FUNCTION queue.compact() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.compact() TO skiplock_admin;

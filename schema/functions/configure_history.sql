@@ -2,7 +2,8 @@
 -- change how queue.history is partitioned and kept; arguments left NULL keep their value.
 -- Accepted: partition_interval 1, 2, 3, 4, 6, 8 or 12 hours, 1 day or 7 days (UTC periods that
 -- tile a day or a week, so every partition starts on a period boundary); premake 1 to 1000;
--- retention at least partition_interval; retention_action 'drop' or 'detach'; rotate_every
+-- retention at least partition_interval and at most 1000 years (a later bound overflows the
+-- timestamps rotation computes, and every maintain() call would fail); retention_action 'drop' or 'detach'; rotate_every
 -- above zero and below partition_interval * premake (so that rotation outruns the premade
 -- partitions). Anything else raises 22023 and changes nothing.
 -- Nothing moves at once: the next rotation applies the policy (a new interval to periods not yet
@@ -22,6 +23,18 @@ AS $$
 DECLARE
     v_row queue.history_policy;
 BEGIN
+    -- Checks the table cannot make: interval equality counts a month as 30 days, so
+    -- '1 mon -29 days' equals '1 day' and passes its list, and date_bin() refuses months.
+    IF configure_history.retention > interval '1000 years'
+       OR pg_catalog.date_part('month', configure_history.partition_interval) <> 0
+       OR pg_catalog.date_part('year', configure_history.partition_interval) <> 0 THEN
+        RAISE EXCEPTION 'invalid history setting'
+            USING ERRCODE = '22023',
+                  DETAIL = pg_catalog.format('partition_interval is %s, retention %s.',
+                                             coalesce(configure_history.partition_interval::text, 'unchanged'),
+                                             coalesce(configure_history.retention::text, 'unchanged')),
+                  HINT = 'partition_interval in hours or days, no months (1, 2, 3, 4, 6, 8 or 12 hours, 1 day or 7 days); retention at most 1000 years.';
+    END IF;
     BEGIN
         UPDATE queue.history_policy AS p
            SET partition_interval = coalesce(configure_history.partition_interval, p.partition_interval),
@@ -36,7 +49,7 @@ BEGIN
         RAISE EXCEPTION 'invalid history setting'
             USING ERRCODE = '22023',
                   DETAIL = SQLERRM,
-                  HINT = 'partition_interval 1, 2, 3, 4, 6, 8 or 12 hours, 1 day or 7 days; premake 1 to 1000; retention >= partition_interval; retention_action ''drop'' or ''detach''; 0 < rotate_every < partition_interval * premake.';
+                  HINT = 'partition_interval 1, 2, 3, 4, 6, 8 or 12 hours, 1 day or 7 days; premake 1 to 1000; partition_interval <= retention <= 1000 years; retention_action ''drop'' or ''detach''; 0 < rotate_every < partition_interval * premake.';
     END;
     RETURN v_row;
 END

@@ -44,6 +44,20 @@ BEGIN
                   DETAIL = pg_catalog.format('group_limit is %s.', configure_stage.group_limit),
                   HINT = 'Give the most tasks of one group_key that may run at once (1: one at a time), 0 to remove the cap, or NULL to keep it.';
     END IF;
+    -- Past this, now() + a lease or a backoff can leave the timestamp range, and reap_hung (for
+    -- every stage at once) or the stage's takes would fail.
+    IF configure_stage.lease_duration > interval '100 years' OR configure_stage.backoff_base > interval '100 years'
+       OR configure_stage.backoff_cap > interval '100 years' THEN
+        RAISE EXCEPTION 'invalid stage setting'
+            USING ERRCODE = '22023',
+                  DETAIL = pg_catalog.format('lease_duration %s, backoff_base %s, backoff_cap %s.',
+                                             coalesce(configure_stage.lease_duration::text, 'unchanged'),
+                                             coalesce(configure_stage.backoff_base::text, 'unchanged'),
+                                             coalesce(configure_stage.backoff_cap::text, 'unchanged')),
+                  HINT = 'lease_duration, backoff_base and backoff_cap are at most 100 years.';
+    END IF;
+    -- A new row starts from the defaults; an existing one changes only the columns given, as it
+    -- is when written (a concurrent call's change, a pause say, is kept).
     v_row := queue._settings(configure_stage.stage);
     v_row.stage          := configure_stage.stage;
     v_row.lease_duration := coalesce(configure_stage.lease_duration, v_row.lease_duration);
@@ -64,18 +78,25 @@ BEGIN
         INSERT INTO queue.stage_settings AS s
         VALUES (v_row.*)
         ON CONFLICT ON CONSTRAINT stage_settings_pkey DO UPDATE
-           SET lease_duration = excluded.lease_duration, max_attempts = excluded.max_attempts,
-               backoff = excluded.backoff, backoff_base = excluded.backoff_base,
-               backoff_cap = excluded.backoff_cap, backoff_jitter = excluded.backoff_jitter,
-               notify = excluded.notify, updated = excluded.updated,
-               max_running = excluded.max_running, group_limit = excluded.group_limit,
-               paused = excluded.paused
+           SET lease_duration = coalesce(configure_stage.lease_duration, s.lease_duration),
+               max_attempts = coalesce(configure_stage.max_attempts, s.max_attempts),
+               backoff = coalesce(configure_stage.backoff, s.backoff),
+               backoff_base = coalesce(configure_stage.backoff_base, s.backoff_base),
+               backoff_cap = coalesce(configure_stage.backoff_cap, s.backoff_cap),
+               backoff_jitter = coalesce(configure_stage.backoff_jitter, s.backoff_jitter),
+               notify = coalesce(configure_stage.notify, s.notify),
+               updated = excluded.updated,
+               max_running = CASE WHEN configure_stage.max_running IS NULL THEN s.max_running
+                                  ELSE NULLIF(configure_stage.max_running, 0) END,
+               group_limit = CASE WHEN configure_stage.group_limit IS NULL THEN s.group_limit
+                                  ELSE NULLIF(configure_stage.group_limit, 0) END,
+               paused = coalesce(configure_stage.paused, s.paused)
         RETURNING s.* INTO v_row;
     EXCEPTION WHEN check_violation THEN
         RAISE EXCEPTION 'invalid stage setting'
             USING ERRCODE = '22023',
                   DETAIL = SQLERRM,
-                  HINT = 'lease_duration > 0, max_attempts >= 1, backoff ''linear'' or ''exponential'', delays >= 0, jitter between 0 and 1.';
+                  HINT = 'lease_duration > 0 (at most 100 years), max_attempts >= 1, backoff ''linear'' or ''exponential'', delays >= 0, jitter between 0 and 1.';
     END;
     -- Resuming a stage or changing a cap can make tasks takeable at once: wake the workers that
     -- wait on it (for '*', on any stage).

@@ -19,6 +19,8 @@ DECLARE
     v_now      timestamptz := pg_catalog.now();
     v_bad      record;
     v_settings queue.stage_settings;
+    v_detail   text;
+    v_hint     text;
 BEGIN
     PERFORM queue._check_stage(enqueue_batch.stage);
     IF enqueue_batch.priority IS NULL THEN
@@ -46,9 +48,12 @@ BEGIN
         BEGIN
             PERFORM queue._check_payload(v_bad.payload);
         EXCEPTION WHEN null_value_not_allowed OR invalid_parameter_value OR program_limit_exceeded THEN
-            -- Re-raise the payload's own error, saying which element it was.
+            -- Re-raise the payload's own error, saying which element it was (its position:
+            -- the first is 1, whatever the array's lower bound).
+            GET STACKED DIAGNOSTICS v_detail = PG_EXCEPTION_DETAIL, v_hint = PG_EXCEPTION_HINT;
             RAISE EXCEPTION 'payloads[%]: %', v_bad.ord, SQLERRM
-                USING ERRCODE = SQLSTATE, HINT = 'Every payload must be a JSON object or array of at most 1 MiB.';
+                USING ERRCODE = SQLSTATE, DETAIL = pg_catalog.format('Element %s of the array. %s', v_bad.ord, v_detail),
+                      HINT = coalesce(NULLIF(v_hint, ''), 'Every payload must be a JSON object or array of at most 1 MiB.');
         END;
     END IF;
     -- A restricted stage (grant_stage) admits only the roles it lists; open stages skip the lookup.

@@ -21,9 +21,20 @@ BEGIN
        OR pg_catalog.cardinality(finish_batch.id) <> pg_catalog.cardinality(finish_batch.lease) THEN
         RAISE EXCEPTION 'id and lease must be arrays of the same length'
             USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('%s ids, %s leases.', pg_catalog.cardinality(finish_batch.id),
-                                             pg_catalog.cardinality(finish_batch.lease)),
+                  DETAIL = pg_catalog.format('%s ids, %s leases.',
+                                             coalesce(pg_catalog.cardinality(finish_batch.id)::text, 'NULL'),
+                                             coalesce(pg_catalog.cardinality(finish_batch.lease)::text, 'NULL')),
                   HINT = 'Pass the ids and leases take_next returned, in the same order.';
+    END IF;
+    -- A NULL pair would be skipped as stale, its task left running until reaped: as finish().
+    IF pg_catalog.array_position(finish_batch.id, NULL) IS NOT NULL
+       OR pg_catalog.array_position(finish_batch.lease, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'id and lease must not contain NULL'
+            USING ERRCODE = '22004',
+                  DETAIL = pg_catalog.format('id[%s] or lease[%s] is NULL.',
+                                             coalesce(pg_catalog.array_position(finish_batch.id, NULL), pg_catalog.array_position(finish_batch.lease, NULL)),
+                                             coalesce(pg_catalog.array_position(finish_batch.id, NULL), pg_catalog.array_position(finish_batch.lease, NULL))),
+                  HINT = 'Pass the ids and leases take_next returned, in the same order. Nothing was finished.';
     END IF;
     IF pg_catalog.cardinality(finish_batch.id) > 10000 THEN
         RAISE EXCEPTION 'batch out of range'

@@ -90,7 +90,11 @@ BEGIN
     task := 'compact';
     count := 0;
     SELECT d.due, d.detail INTO v_due, detail FROM queue._compaction_due() d;
-    IF v_due AND v_rotated THEN
+    IF v_due AND pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        -- compact() would rewrite the table from this transaction's old snapshot.
+        detail := pg_catalog.format('due, but this transaction is %s; compact() runs only READ COMMITTED',
+                                    pg_catalog.upper(pg_catalog.current_setting('transaction_isolation')));
+    ELSIF v_due AND v_rotated THEN
         -- The rotation's lock on queue.history lasts until this transaction ends: finishes would
         -- wait behind it through compaction's own wait for vacuum's lock.
         detail := 'due, but this call rotated history partitions; compacting at the next call';

@@ -8,6 +8,8 @@
 --   3. Drops (or detaches, per retention_action) each partition whose whole range ends before
 --      now - retention.
 -- Returns a row per action: created, truncated, kept, dropped, detached, or 'skipped: <why>'.
+-- Under retention_action 'detach' the default partition's expired rows are not truncated but
+-- copied to a plain table queue.history_default_<UTC time> first (action 'detached').
 -- No row at all when there was nothing to do. Records now in history_policy.last_rotated.
 --
 -- Finishing never fails for want of a partition: a row that no dated partition covers goes to
@@ -46,6 +48,9 @@ CREATE OR REPLACE FUNCTION queue.rotate_partitions(now timestamptz DEFAULT pg_ca
     VOLATILE
     SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
+    -- Partition bounds go into DDL as text: ISO prints a numeric offset, which reads back the
+    -- same; other styles print a zone abbreviation, which PostgreSQL may read as another zone.
+    SET DateStyle = 'ISO, YMD'
     -- Long enough for the finishes holding queue.history to commit, short enough to stall no one.
     SET lock_timeout = '100ms'
 AS $$
@@ -179,6 +184,23 @@ BEGIN
             END IF;
             IF v_rows = 0 THEN
                 NULL;
+            ELSIF v_newest < v_cutoff AND v_policy.retention_action = 'detach' THEN
+                -- Detach keeps what it retires: the rows go to a plain table, as a detached
+                -- partition would, before the default is emptied.
+                v_name := 'history_default_' || pg_catalog.to_char(pg_catalog.clock_timestamp() AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISS');
+                EXECUTE pg_catalog.format('CREATE TABLE queue.%I AS TABLE queue.history_default', v_name);
+                EXECUTE pg_catalog.format('COMMENT ON TABLE queue.%I IS %L', v_name,
+                            pg_catalog.format('Finished tasks of %s to %s UTC, copied out of queue.history_default by queue.rotate_partitions() (retention_action detach) before it emptied the default partition: no longer read by skiplock. Archive it, then drop it.',
+                                pg_catalog.to_char(v_oldest AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'),
+                                pg_catalog.to_char(v_newest AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')));
+                TRUNCATE queue.history_default;
+                action := 'detached';
+                partition := pg_catalog.format('queue.%I', v_name);
+                detail := pg_catalog.format('%s rows of queue.history_default, finished from %s to %s UTC, all before the retention cutoff %s UTC: copied to this plain table, then the default emptied; archive it, then drop it.', v_rows,
+                              pg_catalog.to_char(v_oldest AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'),
+                              pg_catalog.to_char(v_newest AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'),
+                              pg_catalog.to_char(v_cutoff AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'));
+                RETURN NEXT;
             ELSIF v_newest < v_cutoff THEN
                 TRUNCATE queue.history_default;
                 action := 'truncated';

@@ -352,9 +352,10 @@ def unsafe_execute(stmt: str) -> str | None:
 
 
 # The one file whose EXECUTEs run SQL that is not built from parts: run_sql_tasks runs an SQL
-# task's request as it is, which is its job. It runs inside a SECURITY DEFINER function owned by the
-# role that enqueued the task, so the request gets that role's rights and nothing more
-# (tests/py/test_sql_tasks.py proves it); its other EXECUTEs are constant strings.
+# task's request as it is, which is its job. It is a procedure run by the role that enqueued the
+# task, in that role's own session (it claims only the session user's tasks and refuses SET ROLE),
+# so the request gets that role's rights and nothing more (tests/py/test_sql_tasks.py proves it);
+# its other EXECUTEs are constant strings.
 RUNS_REQUESTS_AS_THEIR_ROLE = {"run_sql_tasks.sql"}
 
 

@@ -71,14 +71,19 @@ SELECT is_empty(
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",plan_cache_mode=force_generic_plan}')
          -- compact and rotate_partitions wait a bounded time for their locks: a queue of takes or
          -- finishes forms behind the wait.
-         AND NOT (p.oid IN ('queue.compact()'::regprocedure, 'queue.rotate_partitions(timestamptz)'::regprocedure)
+         AND NOT (p.oid = 'queue.compact()'::regprocedure
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",lock_timeout=100ms}')
+         -- Partition bounds are written and read as text, in a DateStyle that round-trips.
+         AND NOT (p.oid = 'queue.rotate_partitions(timestamptz)'::regprocedure
+                  AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp","DateStyle=ISO, YMD",lock_timeout=100ms}')
+         AND NOT (p.oid = 'queue._history_partitions()'::regprocedure
+                  AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp","DateStyle=ISO, YMD"}')
          -- _mark_waiting never waits long: a take that finds its stage empty calls it.
          AND NOT (p.oid = 'queue._mark_waiting(text)'::regprocedure
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",lock_timeout=10ms}')
          -- A procedure with a SET clause cannot COMMIT; run_sql_tasks qualifies every name.
          AND p.oid <> 'queue.run_sql_tasks(text,integer,text,integer)'::regprocedure$$,
-    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next and take_locked add plan_cache_mode=force_generic_plan, compact and rotate_partitions lock_timeout=100ms, _mark_waiting lock_timeout=10ms) (listed: those that do not)'
+    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next and take_locked add plan_cache_mode=force_generic_plan, compact and rotate_partitions lock_timeout=100ms, rotate_partitions and _history_partitions DateStyle=ISO, YMD, _mark_waiting lock_timeout=10ms) (listed: those that do not)'
 );
 
 -- Comments: what \df+ and \d+ show a DBA.

@@ -1,6 +1,6 @@
 -- queue.enqueue_batch: ids in payload order, shared stage/priority/run_at, all or nothing, errors.
 BEGIN;
-SELECT plan(29);
+SELECT plan(30);
 
 CREATE TEMP TABLE batch AS
 SELECT b.id, b.ord
@@ -72,6 +72,18 @@ SELECT pg_catalog.count(*) AS n, pg_catalog.md5(pg_catalog.string_agg(t::text, '
 SELECT throws_ok($$SELECT queue.enqueue_batch(ARRAY['{}', '{}', '42', '{}']::jsonb[], stage => 'bad')$$,
                  '22023', 'payloads[3]: payload must be a JSON object or array',
                  'a scalar element rejects the batch with 22023 and names payloads[3]');
+CREATE FUNCTION pg_temp.detail_of(q text) RETURNS text LANGUAGE plpgsql AS $f$
+DECLARE d text;
+BEGIN
+    EXECUTE q;
+    RETURN NULL;
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS d = PG_EXCEPTION_DETAIL;
+    RETURN d;
+END $f$;
+SELECT is(pg_temp.detail_of($$SELECT queue.enqueue_batch(ARRAY['{}', '{}', '42', '{}']::jsonb[], stage => 'bad')$$),
+          'Element 3 of the array. The payload is a JSON number.',
+          'the element''s own DETAIL comes with its position');
 SELECT throws_ok($$SELECT queue.enqueue_batch(ARRAY['{}', NULL]::jsonb[], stage => 'bad')$$,
                  '22004', 'payloads[2]: payload must not be NULL',
                  'a NULL element rejects the batch with 22004 and names payloads[2]');

@@ -1,7 +1,7 @@
 -- finish_batch(id[], lease[]): finishes every pair whose lease is current, skips the others,
 -- returns how many attempts it ended; rejects malformed arrays; re-run tasks go back to ready.
 BEGIN;
-SELECT plan(25);
+SELECT plan(27);
 
 CREATE TEMP TABLE made (id bigint PRIMARY KEY);
 CREATE TEMP TABLE took (id bigint PRIMARY KEY, payload jsonb, attempt integer, lease uuid,
@@ -55,6 +55,17 @@ SELECT throws_ok(format('SELECT queue.finish_batch(%L::bigint[], NULL)', ARRAY[t
 SELECT throws_ok('SELECT queue.finish_batch(NULL, NULL)',
                  '22023', 'id and lease must be arrays of the same length',
                  'two NULL arrays raise 22023');
+-- A NULL pair would be skipped as stale, leaving its task running until reaped.
+SELECT throws_ok(format('SELECT queue.finish_batch(%L::bigint[], %L::uuid[])',
+                        ARRAY[t.id, NULL], ARRAY[t.lease, gen_random_uuid()]),
+                 '22004', 'id and lease must not contain NULL',
+                 'a NULL id in the array raises 22004 (nothing finished)')
+  FROM took t ORDER BY t.id DESC LIMIT 1;
+SELECT throws_ok(format('SELECT queue.finish_batch(%L::bigint[], ARRAY[%L::uuid, NULL])',
+                        ARRAY[t.id, t.id + 1], t.lease),
+                 '22004', 'id and lease must not contain NULL',
+                 'a NULL lease in the array raises 22004 (nothing finished)')
+  FROM took t ORDER BY t.id DESC LIMIT 1;
 SELECT throws_ok('SELECT queue.finish_batch(array_fill(-1::bigint, ARRAY[10001]), array_fill(gen_random_uuid(), ARRAY[10001]))',
                  '22023', 'batch out of range',
                  'more than 10000 pairs raise 22023');

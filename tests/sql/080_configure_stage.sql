@@ -1,7 +1,7 @@
 -- queue.configure_stage: a row per stage, NULL keeps a value, '*' holds the defaults of stages
 -- without a row, invalid values and names raise, and only skiplock_admin may call it.
 BEGIN;
-SELECT plan(49);
+SELECT plan(52);
 
 -- The defaults row as built; compared against below.
 CREATE TEMP TABLE defaults_before AS SELECT s.* FROM queue.stage_settings s WHERE s.stage = '*';
@@ -169,6 +169,9 @@ SELECT throws_ok($$SELECT queue.configure_stage('cs.new', backoff_base => interv
                  '22023', 'invalid stage setting', 'a negative backoff_base raises 22023');
 SELECT throws_ok($$SELECT queue.configure_stage('cs.new', backoff_cap => interval '-1 second')$$,
                  '22023', 'invalid stage setting', 'a negative backoff_cap raises 22023');
+SELECT throws_ok(format('SELECT queue.configure_stage(%L, %s => interval ''101 years'')', 'cs.new', a),
+                 '22023', 'invalid stage setting', format('%s over 100 years raises 22023 (now() + it could leave the timestamp range)', a))
+  FROM unnest(ARRAY['lease_duration', 'backoff_base', 'backoff_cap']) a;
 SELECT throws_ok($$SELECT queue.configure_stage('*', max_attempts => 0)$$,
                  '22023', 'invalid stage setting', 'an invalid default raises 22023');
 SELECT throws_ok($$SELECT queue.configure_stage('cs.fresh', backoff => 'random')$$,

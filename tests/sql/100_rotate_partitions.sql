@@ -6,7 +6,7 @@
 -- What needs a second session (a busy lock skipped at once, a concurrent rotation, finishes in
 -- flight) is in tests/py/test_rotation_under_load.py.
 BEGIN;
-SELECT plan(54);
+SELECT plan(62);
 
 -- Start each scenario from history with only its default partition, and the default policy.
 CREATE FUNCTION pg_temp.reset() RETURNS void LANGUAGE plpgsql AS $$
@@ -218,6 +218,42 @@ SELECT results_eq(
     $$VALUES (8, '2432-03-10 00:00+00'::timestamptz, true)$$,
     'the days start at 00:00 UTC and last 24 hours each, whatever the session TimeZone');
 RESET TimeZone;
+
+-- ... and whatever its DateStyle: the bounds go into DDL as text, and a zone abbreviation (SQL,
+-- Postgres and German styles print one) may read back as another zone (IST as Israel's) or not at all.
+SELECT pg_temp.reset();
+SET LOCAL DateStyle = 'SQL, MDY';
+SET LOCAL TimeZone = 'Asia/Kolkata';
+SELECT lives_ok($$SELECT * FROM queue.rotate_partitions('2432-03-10 03:00+00')$$,
+                'setup: rotation in a session with DateStyle SQL on Kolkata time (IST)');
+RESET DateStyle;
+RESET TimeZone;
+SELECT results_eq(
+    $$SELECT count(*)::integer, min(lo), bool_and(hi - lo = interval '24 hours') FROM parts$$,
+    $$VALUES (8, '2432-03-10 00:00+00'::timestamptz, true)$$,
+    'the days start at 00:00 UTC and last 24 hours each with DateStyle SQL on Kolkata time');
+SELECT pg_temp.reset();
+SET LOCAL DateStyle = 'Postgres, DMY';
+SET LOCAL TimeZone = 'Asia/Jakarta';
+SELECT lives_ok($$SELECT * FROM queue.rotate_partitions('2432-03-10 03:00+00')$$,
+                'rotation with DateStyle Postgres on Jakarta time (WIB, an abbreviation PostgreSQL does not know) works');
+RESET DateStyle;
+RESET TimeZone;
+
+-- Under retention_action detach, the default partition's expired rows are kept in a plain table ----------
+SELECT pg_temp.reset();
+SELECT lives_ok($$SELECT queue.configure_history(retention_action => 'detach')$$, 'setup: retention_action detach');
+INSERT INTO queue.history (id, stage, status, priority, run_at, payload, attempt, created, finished)
+VALUES (-4, 'rp.keep', 'done', 0, '2433-01-03 05:00+00', '{}', 1, '2433-01-03 05:00+00', '2433-01-03 05:00+00');
+CREATE TEMP TABLE r4 AS SELECT * FROM queue.rotate_partitions('2433-03-01 12:00+00') WHERE partition LIKE 'queue.history_default%';
+SELECT results_eq($$SELECT action, partition LIKE 'queue.history\_default\_%' FROM r4$$,
+                  $$VALUES ('detached', true)$$,
+                  'with retention_action detach, the default''s expired rows are reported detached into a table of their own');
+SELECT is((SELECT count(*)::integer FROM queue.history_default), 0, 'the default partition is then empty');
+SELECT results_eq(format('SELECT id, stage FROM %s', (SELECT partition FROM r4)), $$VALUES (-4::bigint, 'rp.keep')$$,
+                  'the plain table holds the rows, for the DBA to archive');
+SELECT ok(obj_description((SELECT partition FROM r4)::regclass, 'pg_class') LIKE 'Finished tasks of 2433-01-03 05:00:00 to 2433-01-03 05:00:00 UTC, copied out of queue.history_default%',
+          'its comment says what it holds');
 
 -- A table of the same name blocks one partition, not the rotation --------------------------------------------
 SELECT pg_temp.reset();

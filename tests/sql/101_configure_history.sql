@@ -2,7 +2,7 @@
 -- keeps a value, every accepted interval is accepted, every invalid value raises 22023 and
 -- changes nothing, and only skiplock_admin may call it.
 BEGIN;
-SELECT plan(43);
+SELECT plan(45);
 
 -- The one row, as built -------------------------------------------------------------------------------------
 SELECT results_eq(
@@ -60,6 +60,10 @@ SELECT throws_ok($$SELECT queue.configure_history(rotate_every => '7 days')$$, '
                  'rotate_every not below partition_interval * premake (rotation would fall behind) raises 22023');
 SELECT throws_ok($$SELECT queue.configure_history(partition_interval => '1 hour', premake => 1, rotate_every => '1 hour')$$,
                  '22023', 'invalid history setting', 'the rule holds across settings changed together');
+SELECT throws_ok($$SELECT queue.configure_history(retention => '10000 years')$$, '22023', 'invalid history setting',
+                 'a retention over 1000 years raises 22023 (rotation would leave the timestamp range)');
+SELECT throws_ok($$SELECT queue.configure_history(partition_interval => '1 mon -29 days')$$, '22023', 'invalid history setting',
+                 'a partition_interval with months raises 22023, though it equals 1 day (date_bin refuses months)');
 SELECT results_eq($$SELECT p.* FROM queue.history_policy p$$, $$SELECT b.* FROM before_errors b$$,
                   'the refused calls changed nothing');
 

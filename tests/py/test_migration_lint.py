@@ -121,7 +121,8 @@ RELIABILITY_MD = ROOT / "docs" / "reliability.md"
 RELIABILITY_MODULES = ["test_upgrade_under_load", "test_server_crash", "test_long_transaction", "test_enqueue_faults", "test_model_based",
                        "test_hostile_input", "test_migration_lint", "test_crashes", "test_concurrency",
                        "test_rotation_under_load", "test_compaction", "test_hot_table_bound",
-                       "test_take_locked", "test_calendar", "test_client_bash_faults"]
+                       "test_take_locked", "test_calendar", "test_client_bash_faults",
+                       "test_admin_races"]
 
 
 def test_reliability_doc_lists_every_reliability_test():

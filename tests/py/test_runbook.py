@@ -2,15 +2,21 @@
 
 Each block runs in a transaction that is rolled back, against one database holding tasks in every
 state, with the psql variables the runbook tells the reader to set (stage, id). Blocks whose
-result is meaningful have a check below, keyed by a fragment of their text; a check whose block
-disappeared fails, so a rewrite of the runbook cannot drop its test silently.
+result is meaningful have a check below, keyed by a fragment of their text (output or NOTICE); a
+check whose block disappeared fails, so a rewrite of the runbook cannot drop its test silently.
+
+The bulk blocks (retry, cancel, priorities) also run as they are meant to, committed, while workers
+take and finish the stage's tasks: each completes, skips the tasks that ended or were taken
+meanwhile, and loses none (the tests at the end).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import os
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from typing import Iterator
@@ -111,17 +117,19 @@ CHECKS: dict[str, tuple[list[str], str | None]] = {
     "FROM queue.errors": (["2|", "bad input: not an image", "timeout talking to S3"], None),
     "status IN ('error', 'fatal')\n ORDER BY updated DESC": (["{fatal2}|fatal|1", "{error}|error|1"], None),
     "AS fatal\n": (["2"], None),
-    "AS retried\n": (["2"], "SELECT bool_and(status = 'ready' AND attempt = 0) AND count(*) = 2 FROM queue.tasks "
-                             "WHERE id IN ({fatal1}, {fatal2})"),
-    "AS retried_now": (["1"], "SELECT status = 'ready' AND run_at <= now() FROM queue.tasks WHERE id = {error}"),
+    "'retried %, skipped %": (["retried 2, skipped 0 (not fatal any more), key taken: {{}}"],
+                              "SELECT bool_and(status = 'ready' AND attempt = 0) AND count(*) = 2 FROM queue.tasks "
+                              "WHERE id IN ({fatal1}, {fatal2})"),
+    "'retried now %": (["retried now 1, skipped 0"],
+                       "SELECT status = 'ready' AND run_at <= now() FROM queue.tasks WHERE id = {error}"),
     "paused => true": (["rb.main|t"], "SELECT NOT EXISTS (SELECT FROM queue.take_next('rb.main'))"),
     "GROUP BY worker": (["busy-worker|1|", "dead-worker|1|"], None),
     "status IN ('ready', 'running', 'error')\n ORDER BY status": (["ready|3|2|", "running|2|0|"], None),
     "AS drained": (["f"], None),
-    "AS cancelled": (["4"], "SELECT NOT EXISTS (SELECT 1 FROM queue.tasks WHERE stage = 'rb.main' "
+    "'cancelled %": (["cancelled 4, skipped 0"], "SELECT NOT EXISTS (SELECT 1 FROM queue.tasks WHERE stage = 'rb.main' "
                             "AND status IN ('ready', 'error'))"),
     "set_priority(:id, -10)": ([], "SELECT priority = -10 FROM queue.tasks WHERE id = {ready2}"),
-    "AS changed": (["1"], "SELECT array_agg(id ORDER BY id) = ARRAY[{ready}]::bigint[] FROM queue.tasks "
+    "'changed %": (["changed 1, skipped 0"], "SELECT array_agg(id ORDER BY id) = ARRAY[{ready}]::bigint[] FROM queue.tasks "
                           "WHERE stage = 'rb.main' AND priority = -10"),
     "finished - started DESC": (["{slow}|done|1|w1|"], None),
     "percentile_cont": (["rb.main|4|", "rb.other|1|"], None),
@@ -142,14 +150,16 @@ def test_every_check_has_its_block() -> None:
         assert sum(key in sql for _, sql in BLOCKS) == 1, f"no single runbook block holds {key!r}"
 
 
-def psql(url: str, script: str, **variables: str) -> str:
+def psql(url: str, script: str, appname: str = "runbook", **variables: str) -> tuple[str, str]:
+    """(stdout, stderr: the NOTICEs) of the script, run by psql; fails on any error."""
     args = ["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", url]
     for name, value in variables.items():
         args += ["-v", f"{name}={value}"]
-    proc = subprocess.run(args, input=script, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(args, input=script, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PGAPPNAME": appname})
     assert proc.returncode == 0, f"psql failed:\n{proc.stderr}\n--- script:\n{script}"
     assert "ERROR" not in proc.stderr, proc.stderr
-    return proc.stdout
+    return proc.stdout, proc.stderr
 
 
 @pytest.mark.parametrize("section, sql", BLOCKS,
@@ -160,10 +170,11 @@ def test_runbook_block(world: Fixture, section: str, sql: str) -> None:
     if after:
         script += after.format(**world.ids) + ";\n"
     script += "ROLLBACK;\n"
-    out = psql(world.url, script, stage=STAGE, id=str(world.ids["ready2"]))
+    out, notices = psql(world.url, script, stage=STAGE, id=str(world.ids["ready2"]))
     result, _, checked = out.partition("==after==\n")
     for fragment in expected:
-        assert fragment.format(**world.ids) in result, f"{section}: {fragment!r} not in output:\n{result}"
+        assert fragment.format(**world.ids) in result + notices, \
+            f"{section}: {fragment!r} not in output:\n{result}{notices}"
     if after:
         assert checked.strip() == "t", f"{section}: after the block, {after!r} gave {checked!r}"
 
@@ -198,3 +209,238 @@ def test_metrics_reads_only_the_last_minute_of_history(world: Fixture) -> None:
     assert scans, plan
     assert not [line for line in scans if "Seq Scan" in line or "Bitmap Heap Scan" in line], plan
     assert "finished > (now() - '00:01:00'::interval)" in plan
+
+
+# --- The bulk blocks under load -------------------------------------------------------------------
+# Each runs committed, as a DBA runs it, while worker threads take and finish the stage's tasks
+# (take_next, finish_batch), and while one task is held by a take_locked worker that finishes it
+# only once the block waits for its row: that task ends between the block's scan and its call, every
+# time. A single statement over queue.tasks (the runbook before) raised 55000 there and changed
+# nothing at all.
+
+N_LOAD = 5000
+BULK_APP = "runbook-bulk"
+
+
+def bulk_block(*fragments: str) -> str:
+    """The one ```sql block of the runbook that holds every fragment."""
+    found = [sql for _, sql in BLOCKS if all(f in sql for f in fragments)]
+    assert len(found) == 1, f"{len(found)} runbook blocks hold {fragments!r}"
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def load_url(admin_url: str) -> Iterator[str]:
+    url = skiplock.testrun.create_database(admin_url, "test_runbook_load")
+    migrate.upgrade(url)
+    try:
+        yield url
+    finally:
+        skiplock.testrun.drop_database(admin_url, url)
+
+
+class Workers:
+    """Threads that take (batch 10) and finish a stage's due tasks until stopped."""
+
+    def __init__(self, url: str, stage: str, n: int = 3, warm_up: int = 50) -> None:
+        self.url, self.stage, self.stop, self.finished, self.errors = url, stage, threading.Event(), [0], []
+        self.warm_up = warm_up
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(n)]
+
+    def _run(self, i: int) -> None:
+        try:
+            with psycopg.connect(self.url, autocommit=True) as c:
+                while not self.stop.is_set():
+                    rows = c.execute("SELECT id, lease FROM queue.take_next(%s, batch => 10, worker => %s)",
+                                     (self.stage, f"w{i}")).fetchall()
+                    if not rows:
+                        time.sleep(0.002)
+                        continue
+                    n = c.execute("SELECT queue.finish_batch(%s::bigint[], %s::uuid[])",
+                                  ([r[0] for r in rows], [r[1] for r in rows])).fetchone()[0]
+                    self.finished[0] += n
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            self.errors.append(e)
+
+    def __enter__(self) -> "Workers":
+        for t in self.threads:
+            t.start()
+        deadline = time.monotonic() + 10
+        while self.finished[0] < self.warm_up and time.monotonic() < deadline:  # the workers are at it
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(10)
+        assert not self.errors, self.errors
+
+
+class LockedHolder:
+    """A take_locked worker holding the stage's first due task; it finishes it (and commits) as soon
+    as the session named BULK_APP waits for that task's row, so the task ends after the block's scan
+    and before its call returns."""
+
+    def __init__(self, url: str, stage: str) -> None:
+        self.conn = psycopg.connect(url)
+        self.pid = self.conn.info.backend_pid
+        self.id = self.conn.execute("SELECT id FROM queue.take_locked(%s)", (stage,)).fetchone()[0]
+        self.url, self.waited, self.errors = url, False, []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            with psycopg.connect(self.url, autocommit=True) as watch:
+                deadline = time.monotonic() + 15
+                while time.monotonic() < deadline and not self.waited:
+                    self.waited = watch.execute(
+                        "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE application_name = %s "
+                        "AND %s = ANY (pg_blocking_pids(pid)))", (BULK_APP, self.pid)).fetchone()[0]
+                    time.sleep(0.005)
+            assert self.conn.execute("SELECT queue.finish_locked(%s)", (self.id,)).fetchone()[0]
+            self.conn.commit()
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            self.errors.append(e)
+        finally:
+            self.conn.close()
+
+    def join(self) -> None:
+        self.thread.join(20)
+        assert not self.errors, self.errors
+        assert self.waited, "the block never waited for the held task"
+
+
+def run_bulk(url: str, block: str, stage: str) -> tuple[int, int]:
+    """Runs the block (committed); returns the two counts of its NOTICE (changed, skipped)."""
+    _, notices = psql(url, block, appname=BULK_APP, stage=stage)
+    m = re.search(r"NOTICE:\s+\D*?(\d+), skipped (\d+)", notices)
+    assert m, notices
+    return int(m.group(1)), int(m.group(2))
+
+
+def enqueue_many(c: psycopg.Connection, stage: str, payloads: list[str]) -> list[int]:
+    ids: list[int] = []
+    for i in range(0, len(payloads), 1000):
+        ids += [r[0] for r in c.execute("SELECT * FROM queue.enqueue_batch(%s::jsonb[], %s)",
+                                        (payloads[i:i + 1000], stage))]
+    return ids
+
+
+def statuses(c: psycopg.Connection, stage: str) -> dict[str, int]:
+    return dict(c.execute("SELECT status::text, count(*) FROM queue.tasks WHERE stage = %s GROUP BY 1",
+                          (stage,)).fetchall())
+
+
+def test_bulk_cancel_under_load(load_url: str) -> None:
+    """Cancel what is waiting while workers drain the stage: every task ends cancelled or done."""
+    stage = "rb.load.cancel"
+    block = bulk_block("queue.cancel(")
+    with psycopg.connect(load_url, autocommit=True) as c:
+        enqueue_many(c, stage, ["{}"] * N_LOAD)
+        holder = LockedHolder(load_url, stage)
+        with Workers(load_url, stage):
+            cancelled, skipped = run_bulk(load_url, block, stage)
+        holder.join()
+        counts = statuses(c, stage)
+        distinct = c.execute("SELECT count(DISTINCT id) FROM queue.tasks WHERE stage = %s", (stage,)).fetchone()[0]
+    assert set(counts) <= {"cancelled", "done"}, counts  # nothing left waiting, nothing lost
+    assert counts.get("cancelled", 0) + counts.get("done", 0) == distinct == N_LOAD, counts
+    assert counts["cancelled"] == cancelled > 0, (counts, cancelled)
+    assert skipped >= 1, skipped  # the held task, at least
+
+
+def test_bulk_set_priority_under_load(load_url: str) -> None:
+    """Reprioritise one customer's waiting tasks while workers drain the stage: each one still
+    waiting gets the priority, the others are skipped, and the block's counts say so."""
+    stage = "rb.load.priority"
+    block = bulk_block("queue.set_priority(", "payload @>")
+    payloads = ['{"customer": 7}' if i % 4 else '{"customer": 8}' for i in range(N_LOAD)]
+    payloads[0] = '{"customer": 7}'  # the held task matches
+    with psycopg.connect(load_url, autocommit=True) as c:
+        enqueue_many(c, stage, payloads)
+        holder = LockedHolder(load_url, stage)
+        with Workers(load_url, stage):
+            changed, skipped = run_bulk(load_url, block, stage)
+        holder.join()
+        rows = c.execute("SELECT payload->>'customer', status::text, priority, count(*), count(DISTINCT id) "
+                         "FROM queue.tasks WHERE stage = %s GROUP BY 1, 2, 3", (stage,)).fetchall()
+    assert sum(r[4] for r in rows) == sum(r[3] for r in rows) == N_LOAD, rows  # none lost, none twice
+    assert all(r[2] == 0 for r in rows if r[0] == "8"), rows
+    assert all(r[2] == -10 for r in rows if r[0] == "7" and r[1] == "ready"), rows  # waiting all along
+    assert sum(r[3] for r in rows if r[2] == -10) == changed > 0, (rows, changed)
+    assert skipped >= 1, skipped
+    assert {r[1] for r in rows} <= {"ready", "done"}, rows
+
+
+def test_bulk_retry_now_under_load(load_url: str) -> None:
+    """Retry the tasks waiting in error while workers take them as they come due: each is retried
+    (run again from attempt 0) or was taken meanwhile; all of them end done, none twice."""
+    stage = "rb.load.error"
+    block = bulk_block("queue.retry(", "'error'")
+    with psycopg.connect(load_url, autocommit=True) as c:
+        c.execute("SELECT queue.configure_stage(%s, max_attempts => 5)", (stage,))
+        enqueue_many(c, stage, ["{}"] * N_LOAD)
+        rows = c.execute("SELECT id, lease FROM queue.take_next(%s, batch => %s)", (stage, N_LOAD)).fetchall()
+        c.execute("SELECT count(queue.fail(t.id, t.lease, 'flaky', retry_in => interval '0')) "
+                  "FROM unnest(%s::bigint[], %s::uuid[]) AS t(id, lease)",
+                  ([r[0] for r in rows], [r[1] for r in rows]))  # due again at once
+        assert statuses(c, stage) == {"error": N_LOAD}
+        holder = LockedHolder(load_url, stage)
+        with Workers(load_url, stage):
+            retried, skipped = run_bulk(load_url, block, stage)
+            while statuses(c, stage) != {"done": N_LOAD}:  # the workers drain the stage
+                time.sleep(0.05)
+        holder.join()
+        by_attempt = dict(c.execute("SELECT attempt, count(*) FROM queue.tasks WHERE stage = %s GROUP BY 1",
+                                    (stage,)).fetchall())
+        distinct = c.execute("SELECT count(DISTINCT id) FROM queue.tasks WHERE stage = %s", (stage,)).fetchone()[0]
+    assert distinct == N_LOAD
+    # retried: ran from attempt 0 again; the others were taken meanwhile (a worker or the holder)
+    assert by_attempt == {1: retried, 2: N_LOAD - retried}, (by_attempt, retried)
+    assert retried > 0
+    assert skipped >= 1, skipped
+
+
+def test_bulk_retry_fatal_skips_live_periodic_and_taken_keys(load_url: str) -> None:
+    """Retry the fatal tasks of a stage whose periodic task had a fatal run and runs again now (live,
+    re-armed), and where a live task took the key of one fatal task, while workers take the retried
+    ones: every other fatal task is retried, the periodic one is left running, the key's owner listed."""
+    stage = "rb.load.fatal"
+    block = bulk_block("queue.retry(", "'fatal'")
+    n = N_LOAD // 5
+    with psycopg.connect(load_url, autocommit=True) as c:
+        periodic = c.execute("SELECT queue.enqueue('{}', %s, repeat => interval '1 second', key => 'tick')",
+                             (stage,)).fetchone()[0]
+        pid, lease = c.execute("SELECT id, lease FROM queue.take_next(%s)", (stage,)).fetchone()
+        assert pid == periodic
+        c.execute("SELECT queue.fail(%s, %s, 'bad run', fatal => true)", (periodic, lease))  # re-armed
+        keyed = c.execute("SELECT queue.enqueue('{}', %s, key => 'k')", (stage,)).fetchone()[0]
+        ids = [keyed] + enqueue_many(c, stage, ["{}"] * n)
+        while rows := c.execute("SELECT id, lease FROM queue.take_next(%s, batch => 1000)", (stage,)).fetchall():
+            c.execute("SELECT count(queue.fail(t.id, t.lease, 'bad input', fatal => true)) "
+                      "FROM unnest(%s::bigint[], %s::uuid[]) AS t(id, lease)",
+                      ([r[0] for r in rows], [r[1] for r in rows]))
+        with psycopg.connect(load_url, autocommit=True) as cron:  # a session of its own: no claim position
+            while not (row := cron.execute("SELECT id, lease FROM queue.take_next(%s, worker => 'cron')",
+                                           (stage,)).fetchone()):
+                time.sleep(0.05)  # its next slot, within a second
+        pid, p_lease = row
+        assert pid == periodic  # live and running, with a fatal run in its history
+        # takes the fatal task's key; due later, so that the workers leave it live
+        c.execute("SELECT queue.enqueue('{}', %s, key => 'k', run_at => now() + interval '1 hour')", (stage,))
+        with Workers(load_url, stage, warm_up=0):
+            _, notices = psql(load_url, block, appname=BULK_APP, stage=stage)
+            m = re.search(r"retried (\d+), skipped (\d+) \(not fatal any more\), key taken: \{(\d*)\}", notices)
+            assert m, notices
+        assert (int(m.group(1)), int(m.group(2)), m.group(3)) == (n, 1, str(keyed)), notices
+        assert c.execute("SELECT queue.heartbeat(%s, %s)", (periodic, p_lease)).fetchone() is not None
+        retried = c.execute("SELECT count(*) FILTER (WHERE finished IS NULL OR status = 'done'), "
+                            "count(*) FILTER (WHERE status = 'fatal') FROM queue.tasks WHERE id = ANY(%s)",
+                            (ids[1:],)).fetchone()
+        assert retried == (n, 0), retried  # live again, or already run and done
+        assert c.execute("SELECT status FROM queue.tasks WHERE id = %s ORDER BY finished DESC LIMIT 1",
+                         (keyed,)).fetchone()[0] == "fatal"
+        assert c.execute("SELECT status, worker FROM queue.tasks WHERE id = %s AND finished IS NULL",
+                         (periodic,)).fetchone() == ("running", "cron")

@@ -101,16 +101,13 @@ BEGIN
     SELECT coalesce(pg_catalog.range_agg(h.range), '{}'::pg_catalog.tstzmultirange)
       INTO v_covered
       FROM queue._history_partitions() h;
-    -- Farthest first: those attach under the light lock on queue.history, and the scans of the
-    -- default partition they need are done before a near piece takes the heavy one, which this
-    -- transaction then holds to its end.
-    FOR v_i IN REVERSE v_policy.premake .. 0 LOOP
+    FOR v_i IN 0 .. v_policy.premake LOOP
         v_lo := (v_first + v_policy.partition_interval * v_i) AT TIME ZONE 'UTC';
         v_hi := (v_first + v_policy.partition_interval * (v_i + 1)) AT TIME ZONE 'UTC';
         FOR v_piece IN
             SELECT u.piece
               FROM pg_catalog.unnest(pg_catalog.tstzmultirange(pg_catalog.tstzrange(v_lo, v_hi)) - v_covered) AS u(piece)
-             ORDER BY u.piece DESC
+             ORDER BY u.piece
         LOOP
             v_name := 'history_'
                    || pg_catalog.to_char(pg_catalog.lower(v_piece) AT TIME ZONE 'UTC',

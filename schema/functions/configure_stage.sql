@@ -6,7 +6,7 @@
 --   paused       true: take_next hands out nothing of the stage until it is set false again.
 -- A new limit applies to the takes that start after this call commits; tasks already running
 -- are not stopped (a lowered cap holds again once enough of them end). Resuming a stage or
--- changing a cap wakes the workers waiting on it (_wake_waiters).
+-- changing a cap sends its NOTIFY (unless the stage turned notify off), waking its workers.
 CREATE OR REPLACE FUNCTION queue.configure_stage(
         stage          text,
         lease_duration interval DEFAULT NULL,
@@ -99,12 +99,16 @@ BEGIN
                   HINT = 'lease_duration > 0 (at most 100 years), max_attempts >= 1, backoff ''linear'' or ''exponential'', delays >= 0, jitter between 0 and 1.';
     END;
     -- Resuming a stage or changing a cap can make tasks takeable at once: wake the workers that
-    -- wait on it (for '*', on any stage).
+    -- wait on it (for '*', on any stage that has had one). Whatever their mark's age: a take
+    -- from a paused stage, or one at its cap, returns without renewing it. One NOTIFY a call.
     IF configure_stage.paused IS FALSE OR configure_stage.max_running IS NOT NULL
        OR configure_stage.group_limit IS NOT NULL THEN
-        FOR v_waiting IN SELECT w.stage FROM queue.stage_waiters w
-                          WHERE configure_stage.stage IN (w.stage, '*') LOOP
-            PERFORM queue._wake_waiters(v_waiting);
+        FOR v_waiting IN SELECT w.stage FROM queue.stage_waiters w WHERE configure_stage.stage = '*'
+                         UNION
+                         SELECT configure_stage.stage WHERE configure_stage.stage <> '*' LOOP
+            IF (queue._settings(v_waiting)).notify THEN
+                PERFORM pg_catalog.pg_notify('skiplock.' || v_waiting, '');
+            END IF;
         END LOOP;
     END IF;
     RETURN v_row;

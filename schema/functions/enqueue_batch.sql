@@ -52,7 +52,7 @@ BEGIN
             -- the first is 1, whatever the array's lower bound).
             GET STACKED DIAGNOSTICS v_detail = PG_EXCEPTION_DETAIL, v_hint = PG_EXCEPTION_HINT;
             RAISE EXCEPTION 'payloads[%]: %', v_bad.ord, SQLERRM
-                USING ERRCODE = SQLSTATE, DETAIL = pg_catalog.format('Element %s of the array. %s', v_bad.ord, v_detail),
+                USING ERRCODE = SQLSTATE, DETAIL = pg_catalog.concat_ws(' ', pg_catalog.format('Element %s of the array.', v_bad.ord), NULLIF(v_detail, '')),
                       HINT = coalesce(NULLIF(v_hint, ''), 'Every payload must be a JSON object or array of at most 1 MiB.');
         END;
     END IF;

@@ -138,7 +138,9 @@ BEGIN
                   HINT = 'Use another key.';
     END IF;
 
-    IF enqueue_sql.max IS DISTINCT FROM v_settings.max_running AND enqueue_sql.max IS NOT NULL THEN
+    -- An admin's max is written as before (the stage gets its own row); anyone else's equals the
+    -- cap already (checked above) and changes nothing.
+    IF enqueue_sql.max IS NOT NULL AND pg_catalog.pg_has_role(queue._caller(), 'skiplock_admin', 'MEMBER') THEN
         PERFORM queue.configure_stage(enqueue_sql.stage, max_running => enqueue_sql.max);
     END IF;
     RETURN v_id;

@@ -52,7 +52,9 @@ BEGIN
            SET status = 'ready', rerun = false, attempt = 0, lease = NULL, lease_expires = NULL,
                started = NULL, error_text = v_error, updated = v_now
          WHERE t.id = v_task.id;
-        PERFORM queue._wake_waiters(v_task.stage);
+        IF v_task.run_at <= v_now THEN  -- a re-run may have asked for a later run_at
+            PERFORM queue._wake_waiters(v_task.stage);
+        END IF;
         RETURN true;
     END IF;
 

@@ -27,13 +27,13 @@ BEGIN
                   HINT = 'Pass the ids and leases take_next returned, in the same order.';
     END IF;
     -- A NULL pair would be skipped as stale, its task left running until reaped: as finish().
-    IF pg_catalog.array_position(finish_batch.id, NULL) IS NOT NULL
-       OR pg_catalog.array_position(finish_batch.lease, NULL) IS NOT NULL THEN
+    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(finish_batch.id) i WHERE i IS NULL)
+       OR EXISTS (SELECT 1 FROM pg_catalog.unnest(finish_batch.lease) l WHERE l IS NULL) THEN
         RAISE EXCEPTION 'id and lease must not contain NULL'
             USING ERRCODE = '22004',
-                  DETAIL = pg_catalog.format('id[%s] or lease[%s] is NULL.',
-                                             coalesce(pg_catalog.array_position(finish_batch.id, NULL), pg_catalog.array_position(finish_batch.lease, NULL)),
-                                             coalesce(pg_catalog.array_position(finish_batch.id, NULL), pg_catalog.array_position(finish_batch.lease, NULL))),
+                  DETAIL = pg_catalog.format('%s NULL ids, %s NULL leases.',
+                                             (SELECT pg_catalog.count(*) FROM pg_catalog.unnest(finish_batch.id) i WHERE i IS NULL),
+                                             (SELECT pg_catalog.count(*) FROM pg_catalog.unnest(finish_batch.lease) l WHERE l IS NULL)),
                   HINT = 'Pass the ids and leases take_next returned, in the same order. Nothing was finished.';
     END IF;
     IF pg_catalog.cardinality(finish_batch.id) > 10000 THEN

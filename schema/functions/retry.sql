@@ -16,6 +16,7 @@ DECLARE
     v_status queue.task_status;
     v_last   queue.history;
     v_stage  text;
+    v_found  boolean;
 BEGIN
     IF retry.id IS NULL THEN
         RAISE EXCEPTION 'id must not be NULL'
@@ -47,20 +48,20 @@ BEGIN
      ORDER BY h.finished DESC, h.status = 'done'
      LIMIT 1
        FOR UPDATE;
-    IF NOT FOUND THEN
-        -- A concurrent retry may have moved it back while this one waited for the row: it is
-        -- live again, as this caller wants (a running one is the error above).
-        SELECT t.status INTO v_status FROM queue.live_tasks t WHERE t.id = retry.id;
-        IF v_status IN ('ready', 'error') THEN
-            RETURN;
-        ELSIF v_status = 'running' THEN
-            RAISE EXCEPTION 'cannot retry task %: it is running', retry.id
-                USING ERRCODE = '55000',
-                      DETAIL = 'A worker holds a lease on it.',
-                      HINT = 'Wait for it to finish or fail, or cancel it first.';
-        END IF;
+    v_found := FOUND;
+    -- A concurrent retry may have moved it back while this one waited for its history row (then
+    -- this one read the next older row, or none): it is live again, as this caller wants, or
+    -- running, the error above.
+    SELECT t.status INTO v_status FROM queue.live_tasks t WHERE t.id = retry.id;
+    IF v_status IN ('ready', 'error') THEN
+        RETURN;
+    ELSIF v_status = 'running' THEN
+        RAISE EXCEPTION 'cannot retry task %: it is running', retry.id
+            USING ERRCODE = '55000',
+                  DETAIL = 'A worker holds a lease on it.',
+                  HINT = 'Wait for it to finish or fail, or cancel it first.';
     END IF;
-    IF NOT FOUND OR v_last.status = 'done' THEN
+    IF NOT v_found OR v_last.status = 'done' THEN
         PERFORM queue._raise_not_live(retry.id, 'retry');
     END IF;
     BEGIN

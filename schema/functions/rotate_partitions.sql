@@ -187,7 +187,8 @@ BEGIN
             ELSIF v_newest < v_cutoff AND v_policy.retention_action = 'detach' THEN
                 -- Detach keeps what it retires: the rows go to a plain table, as a detached
                 -- partition would, before the default is emptied.
-                v_name := 'history_default_' || pg_catalog.to_char(pg_catalog.clock_timestamp() AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISS');
+                -- To the microsecond: two rotations in one second must not clash.
+                v_name := 'history_default_' || pg_catalog.to_char(pg_catalog.clock_timestamp() AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISSUS');
                 EXECUTE pg_catalog.format('CREATE TABLE queue.%I AS TABLE queue.history_default', v_name);
                 EXECUTE pg_catalog.format('COMMENT ON TABLE queue.%I IS %L', v_name,
                             pg_catalog.format('Finished tasks of %s to %s UTC, copied out of queue.history_default by queue.rotate_partitions() (retention_action detach) before it emptied the default partition: no longer read by skiplock. Archive it, then drop it.',

@@ -215,6 +215,65 @@ def test_a_grouped_batch_reaches_past_a_held_head_task_in_claim_order(
     assert _ids(conn.execute("SELECT id FROM queue.take_next(%s, 3)", (stage,)).fetchall()) == [ids["A"]]
 
 
+def test_a_held_head_keeps_its_group_waiting_so_the_groups_next_task_does_not_overtake_it(
+        db: str, conn: psycopg.Connection):
+    """group_limit 1 is one at a time, first in first out: with A1 held, A2 must not run ahead
+    of it (revision 0026's first fix took A2), while other groups go on."""
+    stage = "races.grp.fifo"
+    conn.execute("SELECT queue.configure_stage(%s, group_limit => 1)", (stage,))
+    a1, a2, a3, b1 = (conn.execute("SELECT queue.enqueue('{}', %s, group_key => %s)", (stage, g)).fetchone()[0]
+                      for g in ("A", "A", "A", "B"))
+    conn.execute("SET statement_timeout = '10s'")
+    with psycopg.connect(db, autocommit=True) as held:
+        held.execute("BEGIN")
+        held.execute("SELECT 1 FROM queue.live_tasks WHERE id = %s FOR UPDATE", (a1,))
+        assert _ids(conn.execute("SELECT id FROM queue.take_next(%s)", (stage,)).fetchall()) == [b1]
+        assert _ids(conn.execute("SELECT id FROM queue.take_next(%s, 5)", (stage,)).fetchall()) == []
+        held.execute("COMMIT")
+    assert _ids(conn.execute("SELECT id FROM queue.take_next(%s, 5)", (stage,)).fetchall()) == [a1]
+    assert conn.execute("SELECT status::text FROM queue.live_tasks WHERE id = ANY(%s) ORDER BY id",
+                        ([a2, a3],)).fetchall() == [("ready",), ("ready",)]
+
+
+def test_a_single_take_reaches_a_free_task_behind_150_held_ones(db: str, conn: psycopg.Connection):
+    """A take of one task reads up to 1,000 candidates: 150 tasks held by one transaction (a bulk
+    edit, say) must not hide the free task behind them (revision 0026 gave up after 101 passes)."""
+    stage = "races.grp.deep"
+    conn.execute("SELECT queue.configure_stage(%s, group_limit => 1)", (stage,))
+    held_ids = _ids(conn.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[150]), %s)",
+                                 (stage,)).fetchall())
+    free = conn.execute("SELECT queue.enqueue('{}', %s)", (stage,)).fetchone()[0]
+    conn.execute("SET statement_timeout = '10s'")
+    with psycopg.connect(db, autocommit=True) as held:
+        held.execute("BEGIN")
+        held.execute("SELECT 1 FROM queue.live_tasks WHERE id = ANY(%s) FOR UPDATE", (held_ids,))
+        assert _ids(conn.execute("SELECT id FROM queue.take_next(%s)", (stage,)).fetchall()) == [free]
+        held.execute("COMMIT")
+
+
+@pytest.mark.parametrize("ended", ["done-then-cancelled", "fatal-then-cancelled"])
+def test_two_concurrent_retries_of_a_periodic_task_with_several_history_rows_both_succeed(
+        db: str, conn: psycopg.Connection, ended: str):
+    """The second retry, waiting on the newest history row, reads the next older one once the
+    first moved the newest back: it must still see the task live, not call it done."""
+    stage = f"races.retry.{ended}"
+    task = conn.execute("SELECT queue.enqueue('{}', %s, repeat => '1 hour')", (stage,)).fetchone()[0]
+    taken, lease = conn.execute("SELECT id, lease FROM queue.take_next(%s)", (stage,)).fetchone()
+    if ended.startswith("done"):
+        assert conn.execute("SELECT queue.finish(%s, %s)", (taken, lease)).fetchone()[0] is True
+    else:
+        assert conn.execute("SELECT queue.fail(%s, %s, 'boom', fatal => true)", (taken, lease)).fetchone()[0] is True
+    conn.execute("SELECT queue.cancel(%s)", (task,))
+    with psycopg.connect(db, autocommit=True) as first:
+        first.execute("BEGIN")
+        first.execute("SELECT queue.retry(%s)", (task,))
+        with _Call(db, "SELECT queue.retry(%s)", (task,)) as second:
+            _wait_until_blocked(conn, second, first)
+            first.execute("COMMIT")
+            second.outcome()  # before: 55000 'it is done' / SK002
+    assert conn.execute("SELECT status::text FROM queue.live_tasks WHERE id = %s", (task,)).fetchall() == [("ready",)]
+
+
 # compact() and the isolation level ---------------------------------------------------------------
 
 @pytest.mark.parametrize("isolation", ["REPEATABLE READ", "SERIALIZABLE"])

@@ -230,3 +230,18 @@ def test_a_task_due_again_at_once_wakes_the_waiting_workers(conn: psycopg.Connec
     due_now = conn.execute("SELECT count(*) FROM queue.live_tasks WHERE stage = %s AND status <> 'running' "
                            "AND run_at <= now()", (stage,)).fetchone()[0]
     assert due_now == (1 if due else 0)
+
+
+def test_resuming_a_stage_wakes_its_workers_after_their_mark_ran_out(conn: psycopg.Connection,
+                                                                   listener: psycopg.Connection):
+    # A take from a paused stage returns without renewing the mark, so after a minute of pause
+    # there is none: the resume must notify anyway (and so must a new cap).
+    stage = "wake.resume.late"
+    conn.execute("SELECT queue.configure_stage(%s, paused => true)", (stage,))
+    conn.execute("SELECT queue.enqueue('{}', %s)", (stage,))
+    assert conn.execute("SELECT count(*) FROM queue.take_next(%s)", (stage,)).fetchone()[0] == 0
+    conn.execute("DELETE FROM queue.stage_waiters WHERE stage = %s", (stage,))
+    listener.execute(f'LISTEN "skiplock.{stage}"')
+    conn.execute("SELECT queue.configure_stage(%s, paused => false)", (stage,))
+    conn.execute("SELECT queue.configure_stage(%s, max_running => 3)", (stage,))
+    assert channels(listener, 1.0) == [f"skiplock.{stage}"] * 2

@@ -1,7 +1,7 @@
 -- finish_batch(id[], lease[]): finishes every pair whose lease is current, skips the others,
 -- returns how many attempts it ended; rejects malformed arrays; re-run tasks go back to ready.
 BEGIN;
-SELECT plan(27);
+SELECT plan(28);
 
 CREATE TEMP TABLE made (id bigint PRIMARY KEY);
 CREATE TEMP TABLE took (id bigint PRIMARY KEY, payload jsonb, attempt integer, lease uuid,
@@ -66,6 +66,8 @@ SELECT throws_ok(format('SELECT queue.finish_batch(%L::bigint[], ARRAY[%L::uuid,
                  '22004', 'id and lease must not contain NULL',
                  'a NULL lease in the array raises 22004 (nothing finished)')
   FROM took t ORDER BY t.id DESC LIMIT 1;
+SELECT is(queue.finish_batch(ARRAY[[-1, -2]]::bigint[], ARRAY[[gen_random_uuid(), gen_random_uuid()]]), 0,
+          'two-dimensional arrays of stale pairs are read element by element, as before (0 finished)');
 SELECT throws_ok('SELECT queue.finish_batch(array_fill(-1::bigint, ARRAY[10001]), array_fill(gen_random_uuid(), ARRAY[10001]))',
                  '22023', 'batch out of range',
                  'more than 10000 pairs raise 22023');

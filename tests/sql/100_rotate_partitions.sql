@@ -6,7 +6,7 @@
 -- What needs a second session (a busy lock skipped at once, a concurrent rotation, finishes in
 -- flight) is in tests/py/test_rotation_under_load.py.
 BEGIN;
-SELECT plan(62);
+SELECT plan(63);
 
 -- Start each scenario from history with only its default partition, and the default policy.
 CREATE FUNCTION pg_temp.reset() RETURNS void LANGUAGE plpgsql AS $$
@@ -254,6 +254,12 @@ SELECT results_eq(format('SELECT id, stage FROM %s', (SELECT partition FROM r4))
                   'the plain table holds the rows, for the DBA to archive');
 SELECT ok(obj_description((SELECT partition FROM r4)::regclass, 'pg_class') LIKE 'Finished tasks of 2433-01-03 05:00:00 to 2433-01-03 05:00:00 UTC, copied out of queue.history_default%',
           'its comment says what it holds');
+INSERT INTO queue.history (id, stage, status, priority, run_at, payload, attempt, created, finished)
+VALUES (-5, 'rp.keep', 'done', 0, '2433-01-04 05:00+00', '{}', 1, '2433-01-04 05:00+00', '2433-01-04 05:00+00');
+SELECT results_eq($$SELECT action, partition <> (SELECT partition FROM r4)
+                      FROM queue.rotate_partitions('2433-03-01 12:00+00') WHERE partition LIKE 'queue.history_default%'$$,
+                  $$VALUES ('detached', true)$$,
+                  'a second copy right after the first gets a name of its own (no clash within a second)');
 
 -- A table of the same name blocks one partition, not the rotation --------------------------------------------
 SELECT pg_temp.reset();

@@ -3,7 +3,7 @@
 -- without a group count only against max_running; stages without limits take as before, without
 -- the advisory lock. (Concurrent takers are tested in tests/py/test_limits_concurrent.py.)
 BEGIN;
-SELECT plan(36);
+SELECT plan(38);
 
 CREATE TEMP TABLE made (name text PRIMARY KEY, id bigint);
 CREATE TEMP TABLE took (seq serial PRIMARY KEY, name text, id bigint, payload jsonb, attempt integer, lease uuid,
@@ -182,6 +182,20 @@ SELECT throws_ok($$SELECT queue.configure_stage('lm.err', max_running => -1)$$, 
                  'max_running below 0 raises 22023');
 SELECT throws_ok($$SELECT queue.configure_stage('lm.err', group_limit => -3)$$, '22023', 'invalid group_limit',
                  'group_limit below 0 raises 22023');
+
+-- A grouped take reads a tenant's backlog once, not once per pass: each pass starts after the
+-- last one's candidates. Counted, not timed: the claim index entries this transaction read.
+SELECT queue.configure_stage('lm.walk', group_limit => 1);
+SELECT queue.enqueue_batch(pg_catalog.array_fill('{}'::jsonb, ARRAY[200]), 'lm.walk', group_key => 't' || g)
+  FROM generate_series(1, 20) g;
+ANALYZE queue.live_tasks;  -- as autovacuum would have: the plans of a table of 4,000 rows
+CREATE TEMP TABLE walk_before AS
+SELECT pg_stat_get_xact_tuples_returned('queue.live_tasks_claim'::regclass) AS idx_tup_read;
+SELECT is((SELECT count(DISTINCT t.id)::int FROM queue.take_next('lm.walk', 20) t), 20,
+          'a batch of 20 over 20 groups of 200 tasks (group_limit 1) takes the head of each');
+SELECT cmp_ok((SELECT (pg_stat_get_xact_tuples_returned('queue.live_tasks_claim'::regclass) - b.idx_tup_read)::int
+                 FROM walk_before b), '<', 8000,
+              'it reads about the 4,000 entries of the backlog once, not again in each of its 20 passes (42,000)');
 
 SELECT * FROM finish();
 ROLLBACK;

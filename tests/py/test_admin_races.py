@@ -79,6 +79,18 @@ def _wait_until_blocked(watch: psycopg.Connection, call: _Call, holder: psycopg.
         time.sleep(0.005)
 
 
+def _retry_twice_at_once(db: str, conn: psycopg.Connection, task: int) -> None:
+    """A first retry moves the task back and keeps its transaction open; a second waits for the
+    history row it holds, then runs once the first commits. Either raising fails the test."""
+    with psycopg.connect(db, autocommit=True) as first:
+        first.execute("BEGIN")
+        first.execute("SELECT queue.retry(%s)", (task,))
+        with _Call(db, "SELECT queue.retry(%s)", (task,)) as second:
+            _wait_until_blocked(conn, second, first)
+            first.execute("COMMIT")
+            second.outcome()
+
+
 def _ids(rows: list[tuple]) -> list[int]:
     return [r[0] for r in rows]
 
@@ -146,13 +158,7 @@ def test_two_concurrent_retries_of_a_fatal_task_both_succeed_and_requeue_it_once
     taken, lease = conn.execute("SELECT id, lease FROM queue.take_next(%s)", (stage,)).fetchone()
     assert taken == task
     assert conn.execute("SELECT queue.fail(%s, %s, 'boom', fatal => true)", (task, lease)).fetchone()[0] is True
-    with psycopg.connect(db, autocommit=True) as first:
-        first.execute("BEGIN")
-        first.execute("SELECT queue.retry(%s)", (task,))
-        with _Call(db, "SELECT queue.retry(%s)", (task,)) as second:
-            _wait_until_blocked(conn, second, first)
-            first.execute("COMMIT")
-            second.outcome()  # before the fix: P0002 'task not found'
+    _retry_twice_at_once(db, conn, task)  # before the fix: P0002 'task not found'
     assert conn.execute("SELECT status::text, attempt FROM queue.live_tasks WHERE id = %s",
                         (task,)).fetchall() == [("ready", 0)]
     assert conn.execute("SELECT count(*) FROM queue.history WHERE id = %s", (task,)).fetchone()[0] == 0
@@ -264,13 +270,7 @@ def test_two_concurrent_retries_of_a_periodic_task_with_several_history_rows_bot
     else:
         assert conn.execute("SELECT queue.fail(%s, %s, 'boom', fatal => true)", (taken, lease)).fetchone()[0] is True
     conn.execute("SELECT queue.cancel(%s)", (task,))
-    with psycopg.connect(db, autocommit=True) as first:
-        first.execute("BEGIN")
-        first.execute("SELECT queue.retry(%s)", (task,))
-        with _Call(db, "SELECT queue.retry(%s)", (task,)) as second:
-            _wait_until_blocked(conn, second, first)
-            first.execute("COMMIT")
-            second.outcome()  # before: 55000 'it is done' / SK002
+    _retry_twice_at_once(db, conn, task)  # before: 55000 'it is done' / SK002
     assert conn.execute("SELECT status::text FROM queue.live_tasks WHERE id = %s", (task,)).fetchall() == [("ready",)]
 
 

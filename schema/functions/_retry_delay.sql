@@ -17,7 +17,7 @@ AS $$
                END * (1 + $1.backoff_jitter * (2 * pg_catalog.random() - 1)))
       FROM (SELECT CASE $1.backoff
                        WHEN 'linear' THEN greatest($2, 1)::double precision
-                       ELSE pg_catalog.power(2::double precision, least(greatest($2, 1) - 1, 1000))
+                       ELSE pg_catalog.power(2::double precision, least(greatest($2, 1) - 1, 62))
                    END AS factor) f
 $$;
 COMMENT ON FUNCTION queue._retry_delay(queue.stage_settings, integer) IS 'Internal: retry delay after a failed attempt: linear (base * attempt) or exponential (base * 2^(attempt-1)), capped, with jitter.';

@@ -137,7 +137,9 @@ BEGIN
            SET payload    = excluded.payload,
                priority   = excluded.priority,
                run_at     = excluded.run_at,
-               updated    = excluded.updated,
+               -- the clock, not now(): a task this same transaction holds by take_locked then
+               -- reads as changed since the take, and finish_locked leaves it ready to re-run
+               updated    = pg_catalog.clock_timestamp(),
                repeat     = excluded.repeat,
                drift      = excluded.drift,
                slot       = excluded.slot,

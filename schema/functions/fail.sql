@@ -2,7 +2,8 @@
 -- The task waits as 'error' and is retried after retry_in, or after the stage's backoff
 -- (stage_settings: backoff, backoff_base, backoff_cap, backoff_jitter). With fatal => true, or
 -- when this was the stage's max_attempts-th attempt, it is 'fatal': moved to queue.history, never
--- retried. A task enqueued again with mode 'rerun' while it ran is queued again from attempt 0.
+-- retried. A task enqueued again with mode 'rerun' while it ran is queued again from attempt 0,
+-- without the error of the run it replaced (a re-run starts clean, as release and finish leave it).
 -- A periodic task that becomes fatal is recorded as fatal in queue.history and re-armed for its
 -- next slot (as finish() re-arms it), so one bad run does not end its schedule; cancel() does.
 -- The error text is kept to 2,000 characters (see _bounded_error).
@@ -30,7 +31,15 @@ DECLARE
 BEGIN
     IF fail.id IS NULL OR fail.lease IS NULL THEN
         RAISE EXCEPTION 'id and lease must not be NULL'
-            USING ERRCODE = '22004', HINT = 'Pass the id and lease that take_next returned.';
+            USING ERRCODE = '22004',
+                  DETAIL = pg_catalog.format('fail was called with id %s and lease %s.',
+                                             coalesce(fail.id::text, 'NULL'), coalesce(fail.lease::text, 'NULL')),
+                  HINT = 'Pass the id and lease that take_next returned.';
+    END IF;
+    IF fail.fatal IS NULL THEN
+        RAISE EXCEPTION 'fatal must not be NULL'
+            USING ERRCODE = '22004', DETAIL = 'fail was called with fatal NULL.',
+                  HINT = 'Pass fatal => true to end the task for good, or false (the default) to retry it.';
     END IF;
     IF fail.retry_in < interval '0' THEN
         RAISE EXCEPTION 'retry_in must not be negative'
@@ -50,7 +59,7 @@ BEGIN
     IF v_task.rerun THEN
         UPDATE queue.live_tasks t
            SET status = 'ready', rerun = false, attempt = 0, lease = NULL, lease_expires = NULL,
-               started = NULL, error_text = v_error, updated = v_now
+               started = NULL, error_text = NULL, updated = v_now
          WHERE t.id = v_task.id;
         IF v_task.run_at <= v_now THEN  -- a re-run may have asked for a later run_at
             PERFORM queue._wake_waiters(v_task.stage);

@@ -29,10 +29,18 @@ DECLARE
     v_settings queue.stage_settings;
     v_next     timestamptz;
     v_error    text := queue._bounded_error(coalesce(fail_locked.error, 'failed (no error text given)'));
+    v_xid      xid := pg_catalog.xid(pg_catalog.pg_current_xact_id());
+    v_held     boolean := false;
 BEGIN
     IF fail_locked.id IS NULL THEN
         RAISE EXCEPTION 'id must not be NULL'
-            USING ERRCODE = '22004', HINT = 'Pass the id that take_locked returned.';
+            USING ERRCODE = '22004', DETAIL = 'fail_locked was called with id NULL.',
+                  HINT = 'Pass the id that take_locked returned.';
+    END IF;
+    IF fail_locked.fatal IS NULL THEN
+        RAISE EXCEPTION 'fatal must not be NULL'
+            USING ERRCODE = '22004', DETAIL = 'fail_locked was called with fatal NULL.',
+                  HINT = 'Pass fatal => true to end the task for good, or false (the default) to retry it.';
     END IF;
     IF fail_locked.retry_in < interval '0' THEN
         RAISE EXCEPTION 'retry_in must not be negative'
@@ -51,16 +59,24 @@ BEGIN
     -- this transaction wrote after the take (fail_locked, a re-arm) inherits the lock, but the task
     -- has ended: its xmin is ours too, and its updated the clock, not now() as an enqueue in this
     -- same transaction writes.
-    SELECT t.* INTO v_task
-      FROM queue.live_tasks t
-     WHERE t.id = fail_locked.id
-       AND t.xmax = pg_catalog.xid(pg_catalog.pg_current_xact_id())
-           AND (t.xmin <> t.xmax OR t.updated = pg_catalog.now())
-       AND t.status IN ('ready', 'error');
-    IF NOT FOUND THEN
-        PERFORM queue._raise_savepoint_lock(fail_locked.id, 'fail');
-        RETURN false;
-    END IF;
+    -- As finish_locked: held by this transaction (xmax, or a multixact after a rolled-back
+    -- savepoint: the second pass) and not already ended by it.
+    LOOP
+        SELECT t.* INTO v_task
+          FROM queue.live_tasks t
+         WHERE t.id = fail_locked.id
+           AND (t.xmax = v_xid OR v_held)
+           AND (t.updated <= pg_catalog.now() OR NOT queue._written_here(t.xmin))
+           AND t.status IN ('ready', 'error');
+        EXIT WHEN FOUND;
+        IF v_held THEN
+            RETURN false;
+        END IF;
+        v_held := queue._held_lock(fail_locked.id, 'fail');
+        IF NOT v_held THEN
+            RETURN false;
+        END IF;
+    END LOOP;
     v_attempt := v_task.attempt + 1;
 
     v_settings := queue._settings(v_task.stage);

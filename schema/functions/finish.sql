@@ -26,7 +26,10 @@ DECLARE
 BEGIN
     IF finish.id IS NULL OR finish.lease IS NULL THEN
         RAISE EXCEPTION 'id and lease must not be NULL'
-            USING ERRCODE = '22004', HINT = 'Pass the id and lease that take_next returned.';
+            USING ERRCODE = '22004',
+                  DETAIL = pg_catalog.format('finish was called with id %s and lease %s.',
+                                             coalesce(finish.id::text, 'NULL'), coalesce(finish.lease::text, 'NULL')),
+                  HINT = 'Pass the id and lease that take_next returned.';
     END IF;
 
     IF finish.next_stage IS NULL THEN

@@ -69,7 +69,9 @@ BEGIN
                rerun = false,
                run_at = CASE WHEN t.rerun THEN t.run_at ELSE v_now + e.delay END,
                attempt = CASE WHEN t.rerun THEN 0 ELSE t.attempt END,
-               lease = NULL, lease_expires = NULL, error_text = e.message, updated = v_now
+               lease = NULL, lease_expires = NULL,
+               error_text = CASE WHEN t.rerun THEN NULL ELSE e.message END,  -- a re-run starts clean
+               updated = v_now
           FROM expired e
          WHERE t.id = e.id AND e.retry
         RETURNING t.stage, t.run_at <= v_now AS due

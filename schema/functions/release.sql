@@ -25,7 +25,10 @@ DECLARE
 BEGIN
     IF release.id IS NULL OR release.lease IS NULL THEN
         RAISE EXCEPTION 'id and lease must not be NULL'
-            USING ERRCODE = '22004', HINT = 'Pass the id and lease that take_next returned.';
+            USING ERRCODE = '22004',
+                  DETAIL = pg_catalog.format('release was called with id %s and lease %s.',
+                                             coalesce(release.id::text, 'NULL'), coalesce(release.lease::text, 'NULL')),
+                  HINT = 'Pass the id and lease that take_next returned.';
     END IF;
     IF release.retry_in < interval '0' THEN
         RAISE EXCEPTION 'retry_in must not be negative'

@@ -99,7 +99,7 @@ BEGIN
     -- The stage may hold '/': compare it whole.
     IF v_setting = pg_catalog.concat_ws('/', v_hint[1], v_hint[2], v_hint[3], v_hint[4], take_locked.stage)
        AND pg_catalog.length(pg_catalog.ltrim(v_hint[1], '-')) <= 9
-       AND pg_catalog.length(pg_catalog.ltrim(v_hint[2], '-')) <= 18
+       AND pg_catalog.length(pg_catalog.ltrim(v_hint[2], '-')) <= 17  -- within timestamptz's range
        AND pg_catalog.length(v_hint[3]) <= 18
        AND pg_catalog.length(pg_catalog.ltrim(v_hint[4], '-')) <= 18
        AND v_hint[4]::bigint > (pg_catalog.date_part('epoch', v_now) * 1000000)::bigint THEN
@@ -123,6 +123,9 @@ BEGIN
     -- SQL tasks (run_as set) are run_sql_tasks', in a session of their role: skipped here. And
     -- SKIP LOCKED does not skip this transaction's own locks: without the xmax test a second take
     -- in the same transaction would hand out again a task it holds.
+    -- A later take of this transaction skips the tasks it holds: xmax is its id, or a multixact
+    -- holding its lock after a rolled-back savepoint wrote the row (_locked_here). A first take
+    -- (the transaction has no id yet) pays for neither.
     <<claim>>
     LOOP
         IF v_from_priority IS NULL THEN
@@ -140,7 +143,8 @@ BEGIN
                AND c.status IN ('ready', 'error')
                AND c.run_as IS NULL
                AND c.run_at <= v_now
-               AND (v_own_xid IS NULL OR c.xmax <> v_own_xid)
+               AND (v_own_xid IS NULL
+                    OR (c.xmax <> v_own_xid AND (c.xmax = '0'::xid OR NOT queue._locked_here(c.xmax))))
                AND (c.priority, c.run_at, c.id) >= (v_from_priority, v_from_run_at, v_from_id)
              ORDER BY c.priority, c.run_at, c.id
              LIMIT take_locked.batch

@@ -143,7 +143,7 @@ BEGIN
     -- The stage may hold '/': compare it whole.
     IF v_setting = pg_catalog.concat_ws('/', v_hint[1], v_hint[2], v_hint[3], v_hint[4], take_next.stage)
        AND pg_catalog.length(pg_catalog.ltrim(v_hint[1], '-')) <= 9
-       AND pg_catalog.length(pg_catalog.ltrim(v_hint[2], '-')) <= 18
+       AND pg_catalog.length(pg_catalog.ltrim(v_hint[2], '-')) <= 17  -- within timestamptz's range
        AND pg_catalog.length(v_hint[3]) <= 18
        AND pg_catalog.length(pg_catalog.ltrim(v_hint[4], '-')) <= 18
        AND v_hint[4]::bigint > (pg_catalog.date_part('epoch', v_now) * 1000000)::bigint THEN

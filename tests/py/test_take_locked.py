@@ -209,3 +209,96 @@ def test_a_pipelined_finish_and_commit_end_the_task_and_a_failed_finish_commits_
         w.execute("BEGIN")
         assert w.execute("SELECT id FROM queue.take_locked('lk.pipe')").fetchone()[0] == second
         w.execute("ROLLBACK")
+
+
+def test_a_rolled_back_savepoint_that_ended_the_task_leaves_it_held_and_not_ended(db: str):
+    """The README's pattern: work in a savepoint, roll it back on error, then fail_locked. A
+    savepoint that called finish_locked (or fail_locked) and was rolled back leaves the row's
+    lock the transaction's, through a multixact: the task must still be ended here, not handed
+    out again, and not by anyone else."""
+    with psycopg.connect(db, autocommit=True) as w, psycopg.connect(db, autocommit=True) as other:
+        task, spare = (w.execute("SELECT queue.enqueue('{}', 'lk.sp')").fetchone()[0] for _ in range(2))
+        w.execute("BEGIN")
+        assert w.execute("SELECT id FROM queue.take_locked('lk.sp')").fetchone()[0] == task
+        w.execute("SAVEPOINT work")
+        assert w.execute("SELECT queue.finish_locked(%s)", (task,)).fetchone()[0] is True
+        w.execute("ROLLBACK TO SAVEPOINT work")  # a later statement of the work failed
+        other.execute("BEGIN")
+        assert other.execute("SELECT array_agg(id) FROM queue.take_locked('lk.sp', 10)").fetchone()[0] == [spare], \
+            "the task is still locked by the worker"
+        other.execute("ROLLBACK")
+        assert w.execute("SELECT array_agg(id) FROM queue.take_locked('lk.sp', 10)").fetchone()[0] == [spare], \
+            "a later take of the same transaction does not hand the held task out again"
+        assert w.execute("SELECT queue.fail_locked(%s, 'work failed', retry_in => interval '1 hour')",
+                         (task,)).fetchone()[0] is True
+        assert w.execute("SELECT queue.finish_locked(%s)", (task,)).fetchone()[0] is False, "ended once"
+        w.execute("COMMIT")
+        assert w.execute("SELECT status::text, attempt, error_text FROM queue.live_tasks WHERE id = %s",
+                         (task,)).fetchall() == [("error", 1, "work failed")]
+
+        # The same in PL/pgSQL: an exception block is a savepoint.
+        w.execute("BEGIN")
+        assert w.execute("SELECT id FROM queue.take_locked('lk.sp')").fetchone()[0] == spare
+        w.execute("""
+            DO $$
+            BEGIN
+                BEGIN
+                    PERFORM queue.finish_locked(%s);
+                    PERFORM 1 / 0;
+                EXCEPTION WHEN division_by_zero THEN
+                    IF NOT queue.fail_locked(%s, SQLERRM, fatal => true) THEN
+                        RAISE EXCEPTION 'fail_locked answered false';
+                    END IF;
+                END;
+            END $$""" % (spare, spare))
+        w.execute("COMMIT")
+        assert w.execute("SELECT status::text, attempt, error_text FROM queue.history WHERE id = %s",
+                         (spare,)).fetchall() == [("fatal", 1, "division by zero")]
+
+
+def test_a_task_ended_in_a_released_savepoint_cannot_be_ended_again(db: str):
+    """A version written by a released savepoint carries the subtransaction's xmin; it is still
+    this transaction's end of the task, so a second end answers false."""
+    with psycopg.connect(db, autocommit=True) as w:
+        once = w.execute("SELECT queue.enqueue('{}', 'lk.rel')").fetchone()[0]
+        periodic = w.execute("SELECT queue.enqueue('{}', 'lk.relp', repeat => interval '1 hour')").fetchone()[0]
+
+        w.execute("BEGIN")
+        assert w.execute("SELECT id FROM queue.take_locked('lk.rel')").fetchone()[0] == once
+        with w.transaction():  # SAVEPOINT … RELEASE
+            assert w.execute("SELECT queue.fail_locked(%s, 'boom', retry_in => interval '1 hour')",
+                             (once,)).fetchone()[0] is True
+        assert w.execute("SELECT queue.finish_locked(%s)", (once,)).fetchone()[0] is False
+        assert w.execute("SELECT queue.fail_locked(%s, 'again')", (once,)).fetchone()[0] is False
+        w.execute("COMMIT")
+        assert w.execute("SELECT status::text, attempt, error_text FROM queue.live_tasks WHERE id = %s",
+                         (once,)).fetchall() == [("error", 1, "boom")]
+        assert w.execute("SELECT count(*) FROM queue.history WHERE id = %s", (once,)).fetchone()[0] == 0
+
+        w.execute("BEGIN")
+        assert w.execute("SELECT id FROM queue.take_locked('lk.relp')").fetchone()[0] == periodic
+        with w.transaction():
+            assert w.execute("SELECT queue.finish_locked(%s)", (periodic,)).fetchone()[0] is True
+        assert w.execute("SELECT queue.finish_locked(%s)", (periodic,)).fetchone()[0] is False
+        w.execute("COMMIT")
+        assert w.execute("SELECT status::text FROM queue.history WHERE id = %s", (periodic,)).fetchall() \
+            == [("done",)], "one run, one history row"
+        assert w.execute("SELECT run_at - now() BETWEEN interval '59 minutes' AND interval '1 hour' "
+                         "FROM queue.live_tasks WHERE id = %s", (periodic,)).fetchone()[0] is True, \
+            "re-armed for the next slot, not the one after"
+
+
+def test_a_rerun_by_the_transaction_holding_the_task_leaves_it_ready_with_the_new_payload(db: str):
+    """A re-run enqueued by the worker's own transaction (a trigger on its writes, say) must not
+    be recorded as done before its payload ran."""
+    with psycopg.connect(db, autocommit=True) as w:
+        task = w.execute("SELECT queue.enqueue('{\"v\": 1}', 'lk.rerun', key => 'k')").fetchone()[0]
+        w.execute("BEGIN")
+        assert w.execute("SELECT id FROM queue.take_locked('lk.rerun')").fetchone()[0] == task
+        assert w.execute("SELECT queue.enqueue('{\"v\": 2}', 'lk.rerun', key => 'k', mode => 'rerun')"
+                         ).fetchone()[0] == task
+        assert w.execute("SELECT queue.finish_locked(%s)", (task,)).fetchone()[0] is False
+        w.execute("COMMIT")
+        assert w.execute("SELECT status::text, attempt, payload FROM queue.live_tasks WHERE id = %s",
+                         (task,)).fetchall() == [("ready", 0, {"v": 2})]
+        assert w.execute("SELECT count(*) FROM queue.history WHERE id = %s", (task,)).fetchone()[0] == 0

@@ -5,7 +5,7 @@
 -- is 5 s old; a hint that is garbage or names another stage is ignored. now() is fixed for the
 -- transaction, so "5 s old" is written into the hint by hand.
 BEGIN;
-SELECT plan(21);
+SELECT plan(22);
 
 CREATE TEMP TABLE took (seq serial PRIMARY KEY, id bigint, lease uuid, g integer);
 CREATE FUNCTION pg_temp.take(stage text) RETURNS integer LANGUAGE sql AS $$
@@ -71,6 +71,9 @@ SELECT is(pg_temp.take('hint2'), 7, 'a hint of a stage whose name ends in /<this
 SELECT queue.release(t.id, t.lease) FROM took t WHERE t.g = 7 AND t.seq = (SELECT max(k.seq) FROM took k WHERE k.g = 7);
 SELECT pg_catalog.set_config('skiplock.claim_hint', '9999999999/99999999999999999999/1/99999999999999999999/hint2', false);
 SELECT is(pg_temp.take('hint2'), 7, 'a hint whose numbers do not fit is ignored, not an error');
+SELECT queue.release(t.id, t.lease) FROM took t WHERE t.g = 7 AND t.seq = (SELECT max(k.seq) FROM took k WHERE k.g = 7);
+SELECT pg_catalog.set_config('skiplock.claim_hint', '0/-999999999999999999/1/999999999999999999/hint2', false);
+SELECT is(pg_temp.take('hint2'), 7, 'a hint whose run_at leaves timestamptz''s range is ignored, not an error');
 
 -- A stage name may hold '/', the hint's separator.
 SELECT queue.enqueue(pg_catalog.jsonb_build_object('g', g), stage => 'a/b',

@@ -1,7 +1,7 @@
 -- queue.heartbeat: extends the lease of the current attempt; SK001 when the lease is lost.
 -- now() is fixed for the transaction, so the new expiry compares exactly.
 BEGIN;
-SELECT plan(22);
+SELECT plan(24);
 
 DO $$
 BEGIN
@@ -37,6 +37,12 @@ SELECT is(queue.heartbeat(k.id, k.lease), now() + interval '20 minutes',
 SELECT is(queue.heartbeat(k.id, k.lease),
           now() + (SELECT s.lease_duration FROM queue.stage_settings s WHERE s.stage = '*'),
           'a stage without settings uses the lease_duration of the ''*'' defaults row')
+  FROM taken k WHERE k.stage = 'hb';
+SELECT is(queue.heartbeat(k.id, k.lease, lease_for => interval '1 hour'), now() + interval '1 hour',
+          'setup: the worker asks for an hour')
+  FROM taken k WHERE k.stage = 'hb';
+SELECT is(queue.heartbeat(k.id, k.lease), now() + interval '1 hour',
+          'without lease_for a heartbeat never shortens a longer lease')
   FROM taken k WHERE k.stage = 'hb';
 
 SET LOCAL ROLE skiplock_worker;

@@ -2,7 +2,7 @@
 -- retry_in or the stage's backoff, fatal when asked or out of attempts; a stale lease changes
 -- nothing; error texts are bounded; a task re-run while it ran is queued again.
 BEGIN;
-SELECT plan(59);
+SELECT plan(61);
 
 CREATE TEMP TABLE made (name text PRIMARY KEY, id bigint);
 CREATE TEMP TABLE took (name text PRIMARY KEY, id bigint, payload jsonb, attempt integer, lease uuid,
@@ -187,6 +187,9 @@ SELECT throws_ok(format('SELECT queue.fail(NULL, %L, %L)', lease, 'x'),
 SELECT throws_ok(format('SELECT queue.fail(%s, NULL, %L)', id, 'x'),
                  '22004', 'id and lease must not be NULL', 'fail with a NULL lease raises 22004')
   FROM took WHERE name = 'v';
+SELECT throws_ok(format('SELECT queue.fail(%s, %L, %L, fatal => NULL)', id, lease, 'x'),
+                 '22004', 'fatal must not be NULL', 'fail with fatal NULL raises 22004, not a silent retry')
+  FROM took WHERE name = 'v';
 SELECT throws_ok(format('SELECT queue.fail(%s, %L, %L)', id, 'not-a-uuid', 'x'),
                  '22P02', 'invalid input syntax for type uuid: "not-a-uuid"', 'fail with a lease that is not a UUID raises 22P02')
   FROM took WHERE name = 'v';
@@ -203,9 +206,15 @@ SELECT is(queue.enqueue('{"v": 2}', 'fl.r', key => 'r-1', mode => 'rerun'), id,
 SELECT is(queue.fail(id, lease, 'old payload failed'), true, 'fail of a task re-run while it ran returns true')
   FROM took WHERE name = 'r';
 SELECT results_eq(
-    'SELECT status::text, attempt, payload, run_at, lease, rerun FROM queue.live_tasks WHERE id = (SELECT id FROM made WHERE name = ''r'')',
-    $$VALUES ('ready', 0, '{"v": 2}'::jsonb, now(), NULL::uuid, false)$$,
-    'the re-run task is ready now at attempt 0 with the new payload');
+    'SELECT status::text, attempt, payload, run_at, lease, rerun, error_text FROM queue.live_tasks WHERE id = (SELECT id FROM made WHERE name = ''r'')',
+    $$VALUES ('ready', 0, '{"v": 2}'::jsonb, now(), NULL::uuid, false, NULL::text)$$,
+    'the re-run task is ready now at attempt 0 with the new payload, without the replaced run''s error');
+
+-- A long backoff base and a high attempt stay within range (2^(attempt-1) is capped before it overflows).
+SELECT queue.configure_stage('fl.big', backoff_base => interval '1 year', backoff_cap => interval '10 years',
+                             max_attempts => 5000);
+SELECT ok(queue._retry_delay(queue._settings('fl.big'), 2000) BETWEEN interval '9 years' AND interval '11 years',
+          'attempt 2000 with a base of a year waits the cap, not a float overflow');
 
 -- A fatal task keeps its group_key in history.
 INSERT INTO made VALUES ('g', queue.enqueue('{}', 'fl.g', group_key => 'tenant-fl'));

@@ -2,7 +2,7 @@
 -- transaction. The take writes nothing; only the transaction that holds a task's lock can end
 -- it; what it ends goes where finish() and fail() send it. (Two transactions: tests/py/test_take_locked.py.)
 BEGIN;
-SELECT plan(61);
+SELECT plan(62);
 
 CREATE TEMP TABLE took (name text PRIMARY KEY, id bigint, payload jsonb, attempt integer, priority integer, key text);
 
@@ -138,6 +138,8 @@ SELECT throws_ok($$SELECT * FROM queue.take_locked(NULL)$$, '22004', NULL, 'a NU
 SELECT throws_ok($$SELECT queue.finish_locked(NULL)$$, '22004', NULL, 'finish_locked of a NULL id is 22004');
 SELECT throws_ok($$SELECT queue.finish_locked(1, repeat('w', 201))$$, '22023', 'worker name too long', 'finish_locked: a worker name over 200 characters is 22023');
 SELECT throws_ok($$SELECT queue.fail_locked(NULL, 'x')$$, '22004', NULL, 'fail_locked of a NULL id is 22004');
+SELECT throws_ok($$SELECT queue.fail_locked(1, 'x', fatal => NULL)$$, '22004', 'fatal must not be NULL',
+                 'fail_locked with fatal NULL is 22004, not a silent retry');
 SELECT throws_ok($$SELECT queue.fail_locked(1, 'x', retry_in => interval '-1 second')$$, '22023', 'retry_in must not be negative',
                  'fail_locked: a negative retry_in is 22023');
 

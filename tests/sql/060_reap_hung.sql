@@ -58,9 +58,9 @@ SELECT results_eq(
     'an expired task on its last attempt is fatal in queue.history, with the lease expired error');
 
 SELECT results_eq(
-    'SELECT status::text, attempt, payload, lease, rerun, run_at FROM queue.live_tasks WHERE id = (SELECT id FROM made WHERE name = ''r'')',
-    $$VALUES ('ready', 0, '{"v": 2}'::jsonb, NULL::uuid, false, now())$$,
-    'an expired task re-run while it ran is ready again from attempt 0 with the new payload');
+    'SELECT status::text, attempt, payload, lease, rerun, run_at, error_text FROM queue.live_tasks WHERE id = (SELECT id FROM made WHERE name = ''r'')',
+    $$VALUES ('ready', 0, '{"v": 2}'::jsonb, NULL::uuid, false, now(), NULL::text)$$,
+    'an expired task re-run while it ran is ready again from attempt 0 with the new payload, with no error');
 
 -- The old leases are dead.
 SELECT is(queue.finish(id, lease), false, 'after reaping, finish with the old lease returns false')

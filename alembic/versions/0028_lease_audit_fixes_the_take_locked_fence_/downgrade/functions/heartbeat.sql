@@ -1,0 +1,42 @@
+-- heartbeat(id, lease, lease_for): tell the queue this worker is alive and still on the task.
+-- Extends the lease to now() + lease_for (or the stage's lease_duration) and returns the new
+-- expiry. Raises SK001 (lease lost) when the lease is not the task's current one: the worker
+-- should stop working on the task, another attempt may already run.
+CREATE OR REPLACE FUNCTION queue.heartbeat(id bigint, lease uuid, lease_for interval DEFAULT NULL)
+    RETURNS timestamptz
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_expires timestamptz;
+BEGIN
+    IF heartbeat.id IS NULL OR heartbeat.lease IS NULL THEN
+        RAISE EXCEPTION 'id and lease must not be NULL'
+            USING ERRCODE = '22004', HINT = 'Pass the id and lease that take_next returned.';
+    END IF;
+    IF heartbeat.lease_for <= interval '0' THEN
+        RAISE EXCEPTION 'lease_for must be positive'
+            USING ERRCODE = '22023',
+                  DETAIL = pg_catalog.format('lease_for is %s.', heartbeat.lease_for),
+                  HINT = 'Give the time the worker still needs, or NULL for the stage''s lease_duration.';
+    END IF;
+
+    UPDATE queue.live_tasks t
+       SET lease_expires = pg_catalog.now()
+                           + coalesce(heartbeat.lease_for, (queue._settings(t.stage)).lease_duration)
+     WHERE t.id = heartbeat.id AND t.lease = heartbeat.lease
+    RETURNING t.lease_expires INTO v_expires;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'lease lost'
+            USING ERRCODE = 'SK001',
+                  DETAIL = pg_catalog.format('Task %s is not running under this lease: it was reaped, retaken, finished or cancelled.', heartbeat.id),
+                  HINT = 'Stop working on this task; do not finish or fail it.';
+    END IF;
+    RETURN v_expires;
+END
+$$;
+COMMENT ON FUNCTION queue.heartbeat(bigint, uuid, interval) IS 'Extends the lease of a running attempt (to now() + lease_for or the stage''s lease_duration) and returns the new expiry; raises SK001 when the lease is no longer current. Locks the task''s row.';
+REVOKE ALL ON FUNCTION queue.heartbeat(bigint, uuid, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.heartbeat(bigint, uuid, interval) TO skiplock_worker, skiplock_admin;

@@ -83,10 +83,24 @@ def cmd_maintain(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from skiplock import demo
-    return demo.main(tasks=args.tasks, workers=args.workers)
+    # No dev-cluster fallback here: without --db or DATABASE_URL the demo starts its own cluster.
+    return demo.main(tasks=args.tasks, workers=args.workers, url=getattr(args, "db", None))
 
 
 MAX_SECONDS = 365 * 86400.0   # the largest duration an option takes: a year
+INT4 = 2**31 - 1               # an integer column's range (priority)
+
+
+def _int4(text: str) -> int:
+    """A whole number that fits an integer column: a bigger one would not match the function's
+    signature, and the server's "function does not exist" would say nothing useful."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not -INT4 - 1 <= value <= INT4:
+        raise argparse.ArgumentTypeError(f"{text} is out of range ({-INT4 - 1} to {INT4})")
+    return value
 
 
 def _positive(kind: Callable[[str], Any], zero: bool = False) -> Callable[[str], Any]:
@@ -152,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(queue.enqueue_batch), each batch committed on its own.")
     p.add_argument("payloads", nargs="*", metavar="JSON", help="payloads; none: read JSON lines from stdin")
     p.add_argument("--stage", "-s", default="default", help="stage to add to (default: default)")
-    p.add_argument("--priority", type=int, default=0, help="lower runs first (default 0)")
+    p.add_argument("--priority", type=_int4, default=0, help="lower runs first (default 0)")
     p.add_argument("--delay", type=_seconds(negative=True), default=None, metavar="SECONDS", help="run no earlier than this many seconds from now")
     p.add_argument("--key", help="idempotency key (one payload only; uses queue.enqueue)")
     p.add_argument("--mode", choices=["ignore", "rerun"], default="ignore",
@@ -241,8 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="call it once and exit")
     p.set_defaults(func=cmd_maintain)
 
-    p = sub.add_parser("demo", help="enqueue tasks and drain them with worker processes, then summarise",
-                       description="The demo: a throwaway cluster (or DATABASE_URL), a two-stage pipeline drained by workers.")
+    p = sub.add_parser("demo", parents=[db], help="enqueue tasks and drain them with worker processes, then summarise",
+                       description="The demo: a throwaway cluster (or the database of --db or DATABASE_URL), "
+                                   "a two-stage pipeline drained by workers.")
     p.add_argument("--tasks", type=_positive(int), default=3000, help="tasks to enqueue (default 3000)")
     p.add_argument("--workers", type=_positive(int), default=4, help="worker processes (default 4)")
     p.set_defaults(func=cmd_demo)

@@ -86,8 +86,9 @@ def run(url: str, args: argparse.Namespace) -> int:
             err.print(f"skiplock enqueue: {e}; {done} tasks were enqueued before it")
             return 2
         except psycopg.Error as e:
-            err.print(f"skiplock enqueue: {e.diag.message_primary or e} ({e.sqlstate}); "
-                      f"{done} tasks were enqueued before this batch")
+            from skiplock.cli import describe_error
+            before = f"; {done} tasks were enqueued before this batch" if done else ""
+            err.print(f"skiplock enqueue: {describe_error(e)}{before}", markup=False)
             return 1
         finally:
             if progress is not None:

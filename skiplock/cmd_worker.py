@@ -33,7 +33,7 @@ import psycopg
 import psycopg.sql
 from rich.console import Console
 
-from skiplock.worker import channel
+from skiplock.worker import channel, storable
 
 STDERR_LINES = 20      # lines of stderr kept as the error of a failed attempt
 STDERR_CHARS = 1900    # and at most this much of their end (the database keeps 2,000 characters)
@@ -121,7 +121,8 @@ def error_text(returncode: int, tail: collections.deque[str]) -> str:
             how = f"killed by signal {-returncode}"
     else:
         how = f"exit status {returncode}"
-    lines = "".join(tail).rstrip("\n")
+    # A NUL in stderr (binary output) would make the server refuse the whole text (22021).
+    lines = storable("".join(tail).rstrip("\n"))
     if not lines:
         return how
     if len(lines) > STDERR_CHARS:
@@ -340,7 +341,8 @@ class Slot(threading.Thread):
                     _signal_group(proc, signal.SIGTERM)
 
     def end(self, task: Taken, how: str, error: str | None, started: float) -> None:
-        """finish or fail the attempt; a connection lost on the way is retried once on a new one."""
+        """finish or fail the attempt; a connection lost on the way is retried once on a new one,
+        and a fail whose error text the server refuses once with a plain text instead."""
         sh, a = self.shared, self.shared.args
         if how == "finish":
             sql, params = "SELECT queue.finish(%s, %s)", (task.id, task.lease)
@@ -363,6 +365,14 @@ class Slot(threading.Thread):
                     if attempt == 2:
                         raise
                     self.reconnect()   # waits for the database, unless we are stopping
+                except psycopg.Error as e:
+                    # The server answered, so the connection is fine: an error text it cannot
+                    # store must not kill the slot and leave the task running under its lease.
+                    if how not in ("fail", "fatal") or attempt == 2:
+                        raise
+                    why = f"SQLSTATE {e.sqlstate}" if e.sqlstate else type(e).__name__
+                    error = f"{error.partition(';')[0]} (stderr not storable: {why})"
+                    params = (task.id, task.lease, error, how == "fatal", None)
         except psycopg.OperationalError as e:
             from skiplock.cli import describe_error
             what = {"finish": "finished", "shutdown": "released", "snooze": "handed back",

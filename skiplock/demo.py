@@ -1,8 +1,10 @@
 """`make demo`: real workers drain real tasks through a two-stage pipeline, then a summary.
 
-A throwaway cluster with PostgreSQL's default durability is started and stopped, unless
+A throwaway cluster with PostgreSQL's default durability is started and stopped, unless --db or
 DATABASE_URL names a database: then the demo migrates it, uses the stages demo.resize and
-demo.publish there, and leaves it running.
+demo.publish there, and leaves it running. It watches and counts only the tasks it enqueued, and
+reaps expired leases (queue.reap_hung, which covers every stage) only in its own throwaway cluster:
+in a database of yours, that is the job of your `skiplock maintain`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import signal
 import sys
 import time
 import uuid
@@ -43,10 +46,19 @@ def publish(task: Task) -> Outcome:
     return Outcome()
 
 
-def _work(url: str, stop: mp.Event, results: mp.Queue, index: int) -> None:
+def _work(url: str, stop: mp.Event, results: mp.Queue, index: int, parent: int) -> None:
+    # A terminal's Ctrl-C reaches the whole process group; only the parent acts on it, through
+    # `stop`, so each worker ends its batch instead of dying mid-batch with its tasks leased. It
+    # was born with SIGINT blocked (see run), so none slips in before it is ignored. The fork also
+    # copied the parent's SIGTERM and SIGHUP handlers (KeyboardInterrupt, devdb.stopped_on_signals):
+    # terminate() should simply end it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     worker = Worker(url, {RESIZE: resize, PUBLISH: publish}, batch=10, idle_wait=0.2,
                     name=f"demo-worker-{index}")
-    counters = worker.run(should_stop=stop.is_set)
+    counters = worker.run(should_stop=lambda: stop.is_set() or os.getppid() != parent)
     results.put((counters.taken, counters.finished, counters.failed, counters.lost))
 
 
@@ -59,13 +71,16 @@ class Summary:
     live: int
     elapsed: float
     workers: int
+    errors: list[tuple[str, str, int]]   # (stage, error, tasks) of this run's fatal tasks, most first
 
     @property
     def accounted(self) -> bool:
         return self.live == 0 and self.done + self.fatal == self.enqueued
 
 
-def run(url: str, tasks: int = 3000, workers: int = 4, seed: int | None = None) -> Summary:
+def run(url: str, tasks: int = 3000, workers: int = 4, seed: int | None = None, reap: bool = False) -> Summary:
+    """Enqueue `tasks` and drain them; reap=True calls queue.reap_hung() (every stage's expired
+    leases) as it waits: only for a database that holds nothing but the demo."""
     rng = random.Random(seed)
     run_id = uuid.uuid4().hex[:8]
     with psycopg.connect(url, autocommit=True) as conn:
@@ -88,15 +103,22 @@ def run(url: str, tasks: int = 3000, workers: int = 4, seed: int | None = None) 
 
         stop = mp.Event()
         results: mp.Queue = mp.Queue()
-        procs = [mp.Process(target=_work, args=(url, stop, results, i)) for i in range(workers)]
-        for p in procs:
-            p.start()
-        lo, hi = min(ids), max(ids)
+        procs = [mp.Process(target=_work, args=(url, stop, results, i, os.getpid())) for i in range(workers)]
+        # The demo's own tasks by id: other applications' tasks, enqueued meanwhile, take ids
+        # between the demo's.
+        mine = "id = ANY(%(ids)s) AND stage IN (%(resize)s, %(publish)s)"
+        params = {"ids": ids, "resize": RESIZE, "publish": PUBLISH}
         last_report = 0.0
         try:
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # inherited by the workers
+            try:
+                for p in procs:
+                    p.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             while True:
-                live = conn.execute("SELECT count(*) FROM queue.tasks WHERE id BETWEEN %s AND %s "
-                                    "AND finished IS NULL", (lo, hi)).fetchone()[0]
+                live = conn.execute(f"SELECT count(*) FROM queue.tasks WHERE {mine} AND finished IS NULL",
+                                    params).fetchone()[0]
                 if live == 0:
                     break
                 now = time.monotonic()
@@ -104,11 +126,14 @@ def run(url: str, tasks: int = 3000, workers: int = 4, seed: int | None = None) 
                     print(f"  {now - started:5.1f} s  {tasks - live:>6} of {tasks} through the pipeline "
                           f"or fatal", flush=True)
                     last_report = now
-                conn.execute("SELECT queue.reap_hung()")  # the demo is also its own supervisor
+                if reap:  # the demo is also its own supervisor
+                    conn.execute("SELECT queue.reap_hung()")
                 time.sleep(0.1)
         finally:
             stop.set()
             for p in procs:
+                if p.pid is None:  # never started
+                    continue
                 p.join(timeout=30)
                 if p.is_alive():
                     p.terminate()
@@ -117,15 +142,18 @@ def run(url: str, tasks: int = 3000, workers: int = 4, seed: int | None = None) 
         while not results.empty():
             failed += results.get()[2]
         row = conn.execute(
-            "SELECT count(*) FILTER (WHERE status = 'done' AND stage = %s),"
+            "SELECT count(*) FILTER (WHERE status = 'done' AND stage = %(publish)s),"
             "       count(*) FILTER (WHERE status = 'fatal'),"
             "       count(*) FILTER (WHERE finished IS NULL)"
-            "  FROM queue.tasks WHERE id BETWEEN %s AND %s", (PUBLISH, lo, hi)).fetchone()
+            f"  FROM queue.tasks WHERE {mine}", params).fetchone()
+        errors = conn.execute(
+            f"SELECT stage, error_text, count(*) FROM queue.tasks WHERE {mine} AND status = 'fatal'"
+            " GROUP BY stage, error_text ORDER BY count(*) DESC, stage, error_text LIMIT 3", params).fetchall()
     return Summary(enqueued=len(ids), done=row[0], fatal=row[1], failed_attempts=failed, live=row[2],
-                   elapsed=elapsed, workers=workers)
+                   elapsed=elapsed, workers=workers, errors=errors)
 
 
-def print_summary(s: Summary, url: str) -> None:
+def print_summary(s: Summary) -> None:
     print()
     print(f"skiplock demo: {s.enqueued} tasks through {RESIZE} -> {PUBLISH}, {s.workers} worker processes")
     print(f"  enqueued        {s.enqueued:>7}")
@@ -136,30 +164,29 @@ def print_summary(s: Summary, url: str) -> None:
     print(f"  throughput      {s.enqueued / s.elapsed:>7.0f}   tasks/s through both stages ({s.elapsed:.1f} s)")
     verdict = "yes" if s.accounted else "NO"
     print(f"  every task accounted for (done + fatal = enqueued, none live): {verdict}")
-    with psycopg.connect(url) as conn:
-        errors = conn.execute("SELECT stage, error, tasks FROM queue.errors WHERE stage IN (%s, %s) "
-                              "ORDER BY tasks DESC LIMIT 3", (RESIZE, PUBLISH)).fetchall()
-    if errors:
-        print("  why tasks failed for good (queue.errors):")
-        for stage, error, count in errors:
+    if s.errors:
+        print("  why tasks failed for good (this run's fatal tasks):")
+        for stage, error, count in s.errors:
             print(f"    {count:>5}  {stage}: {error}")
 
 
-def main(tasks: int = 3000, workers: int = 4) -> int:
-    url = os.environ.get("DATABASE_URL")
+def main(tasks: int = 3000, workers: int = 4, url: str | None = None) -> int:
+    """The demo on url (else DATABASE_URL, else a throwaway cluster)."""
+    url = url or os.environ.get("DATABASE_URL")
     cluster = None
     with devdb.stopped_on_signals():
         try:
             if url:
-                print("using the database in DATABASE_URL (it stays running)", flush=True)
+                print("using the given database (it stays running; reaping expired leases is left to "
+                      "its `skiplock maintain`)", flush=True)
             else:
                 print("starting a throwaway PostgreSQL cluster (default durability)", flush=True)
                 cluster = devdb.Cluster(durable=True).start()
                 url = cluster.url()
             print("alembic upgrade head", flush=True)
             migrate.upgrade(url)
-            summary = run(url, tasks, workers)
-            print_summary(summary, url)
+            summary = run(url, tasks, workers, reap=cluster is not None)
+            print_summary(summary)
             return 0 if summary.accounted else 1
         finally:
             if cluster is not None:

@@ -90,12 +90,21 @@ def database_url_from_env() -> str | None:
 def lock_settings(x_args: dict[str, str], attributes: dict[str, Any]) -> tuple[str, int]:
     """(lock_timeout, attempts) for a migration run: -x arguments, then config attributes, then
     the environment, then the defaults (see the module docstring)."""
+    from alembic.util import CommandError  # a user's mistake: `skiplock upgrade` says it in one line
     timeout = (x_args.get("lock_timeout") or attributes.get("lock_timeout")
                or os.environ.get("SKIPLOCK_MIGRATION_LOCK_TIMEOUT") or DEFAULT_LOCK_TIMEOUT)
-    attempts = int(x_args.get("lock_attempts") or attributes.get("lock_attempts")
-                   or os.environ.get("SKIPLOCK_MIGRATION_LOCK_ATTEMPTS") or DEFAULT_LOCK_ATTEMPTS)
+    for source, given in (("-x lock_attempts", x_args.get("lock_attempts")),
+                          ("lock_attempts", attributes.get("lock_attempts")),
+                          ("SKIPLOCK_MIGRATION_LOCK_ATTEMPTS", os.environ.get("SKIPLOCK_MIGRATION_LOCK_ATTEMPTS")),
+                          ("the default lock_attempts", DEFAULT_LOCK_ATTEMPTS)):
+        if given:
+            break
+    try:
+        attempts = int(given)
+    except (TypeError, ValueError):
+        attempts = 0
     if attempts < 1:
-        raise ValueError(f"lock_attempts must be at least 1, not {attempts}")
+        raise CommandError(f"{source} must be a whole number of tries, at least 1, not {given!r}")
     return str(timeout), attempts
 
 

@@ -54,6 +54,12 @@ class Counters:
 Handler = Callable[[Task], "Outcome | None"]
 
 
+def storable(text: str) -> str:
+    """text as a text value can hold it: NUL shown as \\0, lone surrogates escaped (a handler's
+    error may quote bytes it read; the server or the driver would refuse them)."""
+    return text.replace("\0", "\\0").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def channel(stage: str) -> str:
     """The NOTIFY channel enqueue signals for a stage."""
     return "skiplock." + stage
@@ -121,10 +127,13 @@ class Worker:
             task = Task(task_id, payload, attempt, str(lease), stage)
             try:
                 outcome = handler(task) or Outcome()
-            except Fail as f:
+            except Exception as e:
+                # A bug in the handler fails the attempt (retried per the stage's backoff) rather
+                # than ending the loop with the rest of the batch still leased.
+                f = e if isinstance(e, Fail) else Fail(f"{type(e).__name__}: {e}")
                 ok = conn.execute(
                     "SELECT queue.fail(%s, %s, %s, fatal => %s, retry_in => %s::float8 * interval '1 second')",
-                    (task.id, task.lease, str(f), f.fatal, f.retry_in)).fetchone()[0]
+                    (task.id, task.lease, storable(str(f)), f.fatal, f.retry_in)).fetchone()[0]
                 self.counters.failed += ok
                 self.counters.lost += not ok
                 continue

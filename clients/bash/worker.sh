@@ -8,7 +8,8 @@
 # (queue.fail fatal). Exit 101: not now (a rate limit, a resource not ready): the task goes back,
 # due SNOOZE seconds later, its attempt not counted (queue.release with retry_in). Any other
 # exit: the attempt failed and is retried after the stage's backoff; the handler's stderr (its
-# last 2,000 bytes) becomes the task's error text.
+# last 2,000 bytes, less NUL bytes and what is not UTF-8) becomes the task's error text, or, should
+# the server refuse that, "handler exited with status N; its stderr was refused".
 #
 # A background subshell heartbeats the tasks of the batch every LEASE/3 seconds while they run.
 # Wake-ups: psql only reports a NOTIFY after it runs a command, so a script cannot block on
@@ -158,6 +159,7 @@ end_call() {  # id deadline_us CALL ARGS...: prints t or f; returns 1 when it ga
     trap '' INT
     local id=$1 deadline=$2 out rc state delay=0.2 tries=0
     shift 2
+    rm -f "$WORKDIR/call.refused"
     while :; do
         out=$("$@" 2> "$WORKDIR/call.err")
         rc=$?
@@ -170,6 +172,7 @@ end_call() {  # id deadline_us CALL ARGS...: prints t or f; returns 1 when it ga
         if (( rc == 3 )) && [[ -n $state && ! $state =~ ^(08|40|53|57|58|55P03) ]]; then
             cat "$WORKDIR/call.err" >&2
             echo "$1 on $id failed with SQLSTATE $state; not retrying it" >&2
+            : > "$WORKDIR/call.refused"   # the caller may try other values
             return 1
         fi
         if (( ${EPOCHREALTIME/./} >= deadline )); then
@@ -193,7 +196,7 @@ run_handler() {  # the handler, with the listener's pipes closed: they are not i
 
 run_task() {  # id lease attempt payload
     local id=$1 lease=$2 attempt=$3 payload=$4
-    local errfile="$WORKDIR/stderr" rc ok deadline error
+    local errfile="$WORKDIR/stderr" rc ok deadline error fatal
     if [[ -e $WORKDIR/lost.$id ]]; then
         echo "lease lost on $id before it started: skipping it" >&2
         return
@@ -213,10 +216,17 @@ run_task() {  # id lease attempt payload
         ok=$(end_call "$id" "$deadline" release "$id" "$lease" "$SNOOZE")
         [[ $ok == t ]] && echo "snoozed $id for $SNOOZE s" >&2
     else
-        error=$(tail -c 2000 "$errfile")
+        # psql cannot pass on text that is not UTF-8 (a character cut by tail -c, Latin-1 output):
+        # iconv -c drops such bytes. Command substitution drops NUL bytes.
+        error=$(tail -c 2000 "$errfile" | iconv -f UTF-8 -t UTF-8 -c 2> /dev/null)
         [[ -n $error ]] || error="handler exited with status $rc"
-        ok=$(end_call "$id" "$deadline" fail "$id" "$lease" "$error" \
-                      "$([[ $rc == "$FATAL_EXIT" ]] && echo true || echo false)")
+        fatal=$([[ $rc == "$FATAL_EXIT" ]] && echo true || echo false)
+        ok=$(end_call "$id" "$deadline" fail "$id" "$lease" "$error" "$fatal")
+        if [[ -z $ok && -e $WORKDIR/call.refused ]]; then
+            # The server refused the text itself, not the connection: record the exit status
+            # rather than leave the task running until its lease runs out.
+            ok=$(end_call "$id" "$deadline" fail "$id" "$lease" "handler exited with status $rc; its stderr was refused" "$fatal")
+        fi
     fi
     case $ok in
         t) ;;

@@ -219,6 +219,21 @@ class Worker {
     }
   }
 
+  // queue.fail; an error text refused all the same is replaced by a plain one, once, so that the
+  // worker goes on and the task is not left running until its lease runs out.
+  async fail(task, error, fatal) {
+    const sql = 'SELECT queue.fail(id => $1, lease => $2, error => $3, fatal => $4) AS ok';
+    try {
+      // A text value holds no NUL (the server answers 22021): a handler's error may quote binary output.
+      return (await this.query(sql, [task.id, task.lease, String(error).replace(/\0/g, '\\0'), fatal])).rows[0];
+    } catch (err) {
+      if (!(err instanceof DatabaseError)) throw err;  // a lost connection was retried by query()
+      console.error(`fail on ${task.id}: the error text was refused (${err.code}: ${err.message}); recording a plain one`);
+      return (await this.query(sql, [task.id, task.lease, `handler failed; its error text was refused (SQLSTATE ${err.code})`,
+                                     fatal])).rows[0];
+    }
+  }
+
   async runBatch() {
     const { rows } = await this.query(
       "SELECT id, payload, attempt, lease FROM queue.take_next(stage => $1, batch => $2,"
@@ -253,8 +268,7 @@ class Worker {
       } else if (error === null) {
         [r] = (await this.query('SELECT queue.finish(id => $1, lease => $2) AS ok', [task.id, task.lease])).rows;
       } else {
-        [r] = (await this.query('SELECT queue.fail(id => $1, lease => $2, error => $3, fatal => $4) AS ok',
-                                [task.id, task.lease, error, fatal])).rows;
+        r = await this.fail(task, error, fatal);
       }
       if (!r.ok) {           // false: the lease was no longer ours (reaped and retaken)
         this.counters.lost += 1;

@@ -215,6 +215,24 @@ def on_signal(signum: int, frame: object) -> None:
         raise _WakeUp
 
 
+def storable(text: str) -> str:
+    """An error text the driver and the server accept: a text value holds no NUL, and psycopg
+    cannot encode a lone surrogate (os.fsdecode of bytes that are not UTF-8 makes one)."""
+    return text.replace("\0", "\\0").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def fail(db: Db, task_id: int, lease: str, error: str, fatal: bool) -> bool:
+    """queue.fail; an error text refused all the same is replaced by a plain one, once, so that
+    the worker goes on and the task is not left running until its lease runs out."""
+    query = "SELECT queue.fail(id => %s, lease => %s, error => %s, fatal => %s)"
+    try:
+        return db.query(query, (task_id, lease, storable(error), fatal))[0][0]
+    except (psycopg.Error, UnicodeError) as e:  # not a lost connection: Db.query retries those
+        log(f"fail on {task_id}: the error text was refused ({type(e).__name__}: {e}); recording a plain one")
+        return db.query(query, (task_id, lease, f"handler failed; its error text was refused ({type(e).__name__})",
+                                fatal))[0][0]
+
+
 def run_batch(db: Db, heartbeat: Heartbeat) -> int:
     rows = db.query(
         "SELECT id, payload, attempt, lease FROM queue.take_next("
@@ -245,8 +263,7 @@ def run_batch(db: Db, heartbeat: Heartbeat) -> int:
         elif error is None:
             ok = db.query("SELECT queue.finish(id => %s, lease => %s)", (task_id, lease))[0][0]
         else:
-            ok = db.query("SELECT queue.fail(id => %s, lease => %s, error => %s, fatal => %s)",
-                          (task_id, lease, error, fatal))[0][0]
+            ok = fail(db, task_id, lease, error, fatal)
         if not ok:  # false: the lease was no longer ours (reaped and retaken)
             log(f"lease lost on {task_id}")
     return len(rows)

@@ -123,6 +123,15 @@ def test_enqueue_rejects_bad_input(url: str, conn: psycopg.Connection) -> None:
     assert rows(conn, "cli.bad") == []
 
 
+def test_enqueue_refuses_a_priority_outside_the_integer_range(url: str, conn: psycopg.Connection) -> None:
+    """3000000000 once reached the server, whose "function does not exist" read as "not installed"."""
+    for key in ([], ["--key", "k-prio"]):
+        proc = run(url, "enqueue", "-s", "cli.prio", "--priority", "3000000000", *key, '{"d": 1}')
+        assert proc.returncode == 2, (key, proc.returncode, proc.stderr)
+        assert "argument --priority: 3000000000 is out of range" in proc.stderr, (key, proc.stderr)
+    assert rows(conn, "cli.prio") == []
+
+
 # -- worker -------------------------------------------------------------------------------------
 
 def test_worker_exit_zero_finishes(url: str, conn: psycopg.Connection) -> None:
@@ -169,6 +178,17 @@ def test_worker_failure_keeps_the_last_stderr_lines(url: str, conn: psycopg.Conn
     assert (task_id, status, attempt) == (task, "error", 1)  # retried later, per the stage's backoff
     assert error.startswith("exit status 1; last lines of stderr:\n")
     assert "line 11\n" in error and error.endswith("line 30") and "line 10\n" not in error
+
+
+def test_worker_records_a_failure_whose_stderr_holds_a_nul_byte(url: str, conn: psycopg.Connection) -> None:
+    """The server refuses NUL in text (22021): it once killed the slot, the task stayed running
+    under its lease and the worker exited 1. NUL is kept as \\0; both tasks fail normally."""
+    ids = enqueue(conn, "cli.nul", {"n": 1}, {"n": 2})
+    proc = run(url, "worker", "--stage", "cli.nul", "--until-empty", "--",
+               "bash", "-c", 'printf "binary\\0garbage\\n" >&2; exit 1')
+    assert proc.returncode == 0, proc.stderr
+    assert rows(conn, "cli.nul") == [(i, "error", 1, "exit status 1; last lines of stderr:\nbinary\\0garbage")
+                                     for i in ids]
 
 
 def test_worker_gives_payload_on_stdin_and_task_in_env(url: str, conn: psycopg.Connection, tmp_path: Path) -> None:
@@ -408,7 +428,7 @@ def test_maintain_once_on_an_unreachable_database_fails_without_promising_a_retr
 def test_commands_on_a_database_without_skiplock_say_run_upgrade(admin_url: str) -> None:
     bare = skiplock.testrun.create_database(admin_url, "test_cli_bare")
     try:
-        for args in (["stats"], ["top", "--iterations", "1"], ["maintain", "--once"]):
+        for args in (["stats"], ["top", "--iterations", "1"], ["maintain", "--once"], ["enqueue", "{}"]):
             line = _one_clear_line(run(bare, *args), args[0])
             assert "run `skiplock upgrade`" in line, line
     finally:
@@ -427,6 +447,30 @@ def test_demo_rejects_a_count_below_one() -> None:
         proc = subprocess.run([sys.executable, "-m", "skiplock", "demo", *args], capture_output=True, text=True,
                               env=env, cwd=ROOT, timeout=30)
         assert proc.returncode == 2 and "must be positive" in proc.stderr, (args, proc.stderr)
+
+
+def test_demo_takes_db_like_the_other_commands(url: str) -> None:
+    """`demo --db URL` was refused and `--db URL demo` ignored (a throwaway cluster instead)."""
+    for argv in (["demo", "--db", url], ["--db", url, "demo"]):
+        proc = subprocess.run([sys.executable, "-m", "skiplock", *argv, "--tasks", "10", "--workers", "1"],
+                              capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
+        assert proc.returncode == 0, (argv, proc.stderr)
+        assert "using the given database" in proc.stdout and "throwaway" not in proc.stdout, (argv, proc.stdout)
+
+
+def test_upgrade_with_a_bad_lock_attempts_setting_says_so_in_one_line(admin_url: str) -> None:
+    """SKIPLOCK_MIGRATION_LOCK_ATTEMPTS=abc once ended `skiplock upgrade` with a traceback."""
+    bare = skiplock.testrun.create_database(admin_url, "test_cli_attempts")
+    try:
+        for value in ("abc", "0"):
+            proc = subprocess.run(skiplock_cmd(bare, "upgrade"), capture_output=True, text=True, timeout=60, cwd=ROOT,
+                                  env=dict(ENV, SKIPLOCK_MIGRATION_LOCK_ATTEMPTS=value))
+            assert proc.returncode == 1 and "Traceback" not in proc.stderr, (value, proc.stderr)
+            last = proc.stderr.strip().splitlines()[-1]
+            assert last == (f"skiplock upgrade: SKIPLOCK_MIGRATION_LOCK_ATTEMPTS must be a whole number of tries, "
+                            f"at least 1, not {value!r}"), (value, proc.stderr)
+    finally:
+        skiplock.testrun.drop_database(admin_url, bare)
 
 
 def test_seconds_options_reject_what_is_not_a_sane_number_of_seconds(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Iterator
 
 import psycopg
@@ -31,10 +32,11 @@ WORKER = [str(BASH / "worker.sh"), str(BASH / "example-handler.sh")]
 class BashWorker:
     """worker.sh as a subprocess in a process group of its own (its pid is the group's id)."""
 
-    def __init__(self, url: str, stage: str, **settings: object) -> None:
+    def __init__(self, url: str, stage: str, handler: str | None = None, **settings: object) -> None:
         env = dict(os.environ, DATABASE_URL=url, STAGE=stage, **{k: str(v) for k, v in settings.items()})
-        self.proc = subprocess.Popen(WORKER, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, start_new_session=True)
+        command = WORKER if handler is None else [WORKER[0], handler]
+        self.proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, errors="replace", start_new_session=True)
         self.output: list[str] = []
         self.reader = threading.Thread(target=lambda: self.output.extend(self.proc.stdout), daemon=True)
         self.reader.start()
@@ -184,6 +186,32 @@ def test_bash_worker_does_not_retry_a_finish_whose_lease_is_lost(db: str) -> Non
     assert ended(db, first) == ("cancelled", 1), worker.log()
     assert f"lease lost on {first}: its result was not recorded" in worker.log(), worker.log()
     assert "retrying" not in worker.log(), worker.log()
+
+
+def test_bash_worker_records_a_failure_whose_stderr_is_not_utf8(db: str, tmp_path: Path) -> None:
+    """tail -c 2000 cut a two-byte character (and Latin-1 output is no UTF-8 either): psql could
+    not pass the text (42601), the fail was never recorded and the task stayed running until its
+    lease ran out. Now what is not UTF-8 is dropped and the attempt fails with the rest."""
+    handler = tmp_path / "handler.sh"
+    # 3,007 bytes: the last 2,000 start inside an é; \xe9 is a Latin-1 é.
+    handler.write_text("#!/usr/bin/env bash\ncat > /dev/null\n"
+                       "for i in $(seq 1500); do printf '\u00e9' >&2; done\n"
+                       "printf ' caf\\xe9 x' >&2\nexit 1\n", encoding="utf-8")
+    handler.chmod(0o755)
+    stage = "not_utf8"
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT queue.configure_stage(%s, max_attempts => 1)", (stage,))
+    task = enqueue(db, stage, {"n": 1})
+    worker = BashWorker(db, stage, handler=str(handler), LEASE=30, IDLE_WAIT=0.5)
+    try:
+        wait_until("the failure to be recorded", lambda: ended(db, task), 10, worker)
+    finally:
+        code = worker.signal_and_wait(signal.SIGTERM)
+    assert code == 0, worker.log()
+    assert ended(db, task) == ("fatal", 1), worker.log()
+    with psycopg.connect(db, autocommit=True) as conn:
+        (error,) = conn.execute("SELECT error_text FROM queue.history WHERE id = %s", (task,)).fetchone()
+    assert error == "\u00e9" * 996 + " caf x", error[-40:]
 
 
 @pytest.fixture(scope="module")

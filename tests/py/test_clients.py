@@ -30,7 +30,7 @@ from skiplock import migrate
 
 from skiplock.sqlfiles import ROOT
 from skiplock.testrun import create_database, drop_database
-from skiplock.worker import Task, Worker
+from skiplock.worker import Fail, Task, Worker
 
 CLIENTS = ROOT / "clients"
 NODE_DIR = CLIENTS / "node"
@@ -105,8 +105,8 @@ def produce(language: str, url: str, stage: str, payloads: list[dict]) -> list[i
 class ClientWorker:
     """A client worker as a subprocess; its output is collected for the failure message."""
 
-    def __init__(self, language: str, url: str, stage: str, **settings: object) -> None:
-        self.proc = subprocess.Popen(LANGUAGES[language]["worker"], env=client_env(url, stage, **settings),
+    def __init__(self, language: str, url: str, stage: str, command: list[str] | None = None, **settings: object) -> None:
+        self.proc = subprocess.Popen(command or LANGUAGES[language]["worker"], env=client_env(url, stage, **settings),
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.output: list[str] = []
         self.reader = threading.Thread(target=lambda: self.output.extend(self.proc.stdout), daemon=True)
@@ -441,3 +441,73 @@ def test_wakeup_falls_back_to_slow_poll_without_notify(url: str, capsys: pytest.
         print(f"\nwake-up without NOTIFY: median {statistics.median(latencies) * 1000:.0f} ms,"
               f" max {max(latencies) * 1000:.0f} ms (slow poll {idle_wait} s)")
     assert max(latencies) < idle_wait + 1.0, latencies
+
+
+def test_reference_worker_fails_the_attempt_whatever_the_handler_raises(url: str) -> None:
+    """skiplock.worker.Worker (the demo's): a KeyError once escaped run(), leaving the rest of the
+    batch running for its lease; an error text with NUL or a lone surrogate was refused."""
+    stage = "ref_raises"
+    raised = {0: KeyError("image"), 1: Fail("binary\0output"), 2: RuntimeError(os.fsdecode(b"caf\xe9.jpg"))}
+
+    def handler(task: Task) -> None:
+        raise raised[task.payload["n"]]
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        ids = [r[0] for r in conn.execute("SELECT queue.enqueue_batch(%s::jsonb[], stage => %s)",
+                                          ([json.dumps({"n": n}) for n in raised], stage))]
+        worker = Worker(url, {stage: handler}, batch=10, idle_wait=0.1)
+        counters = worker.run(should_stop=lambda: worker.counters.taken >= len(ids))
+        assert (counters.failed, counters.lost) == (3, 0)
+        assert conn.execute("SELECT status::text, attempt, error_text FROM queue.tasks WHERE id = ANY(%s) ORDER BY id",
+                            (ids,)).fetchall() == [("error", 1, "KeyError: 'image'"), ("error", 1, "binary\\0output"),
+                                                   ("error", 1, "RuntimeError: caf\\udce9.jpg")]
+
+
+CRASHING_HANDLER = {
+    # The reference worker with handle() replaced, as its header says to use it.
+    "python": ("crash.py", """
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import worker
+def handle(task_id, payload, attempt):
+    raise RuntimeError("tool output: abc\\0def " + os.fsdecode(b"caf\\xe9.jpg"))
+worker.handle = handle
+sys.exit(worker.main())
+"""),
+    "node": ("crash.js", """
+const { Worker } = require(process.argv[2] + '/worker.js');
+const w = new Worker({ url: process.env.DATABASE_URL, stage: process.env.STAGE, idleWait: 0.2,
+                       handler: async () => { throw new Error('tool output: abc\\u0000def'); } });
+process.on('SIGTERM', () => w.stop());
+w.run().then(() => process.exit(0), (err) => { console.error(err); process.exit(1); });
+"""),
+}
+
+
+@pytest.mark.parametrize("lang", list(CRASHING_HANDLER))
+def test_client_records_a_crash_whose_error_text_the_driver_refuses(lang: str, url: str, tmp_path: Path,
+                                                                    request: pytest.FixtureRequest) -> None:
+    """A handler's error quoting binary output (NUL; a lone surrogate in Python) once stopped the
+    worker with its whole batch leased: now each attempt fails with the text made storable."""
+    if lang == "node":
+        request.getfixturevalue("node_ready")
+    stage = f"crash_{lang}"
+    name, source = CRASHING_HANDLER[lang]
+    (tmp_path / name).write_text(source)
+    command = [sys.executable] if lang == "python" else ["node"]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT queue.configure_stage(%s, max_attempts => 1)", (stage,))
+        ids = [r[0] for r in conn.execute("SELECT queue.enqueue_batch(%s::jsonb[], stage => %s)",
+                                          (['{"n": 1}', '{"n": 2}', '{"n": 3}'], stage))]
+        worker = ClientWorker(lang, url, stage, [*command, str(tmp_path / name), str(CLIENTS / lang)], IDLE_WAIT=0.2)
+        try:
+            wait_until("the batch to fail", lambda: live_count(conn, stage) == 0, 20, worker)
+        finally:
+            code = worker.stop()
+        assert code == 0, worker.log()
+        errors = conn.execute("SELECT status::text, attempt, error_text FROM queue.history WHERE id = ANY(%s)"
+                              " ORDER BY id", (ids,)).fetchall()
+    expected = ("RuntimeError: tool output: abc\\0def caf\\udce9.jpg" if lang == "python"
+                else "Error: tool output: abc\\0def")
+    assert [e[:2] for e in errors] == [("fatal", 1)] * 3, worker.log()
+    assert all(e[2].startswith(expected) for e in errors), errors

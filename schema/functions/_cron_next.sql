@@ -1,5 +1,9 @@
 -- _cron_next(expr, after, timezone): the first tick of a cron expression strictly after `after`.
---   The fields are wall-clock values in `timezone` (any name PostgreSQL's AT TIME ZONE accepts).
+--   The fields are wall-clock values in `timezone`, a zone name PostgreSQL's TimeZone setting
+--   accepts. The conversions run with TimeZone set to it (pinned to UTC around the call, so
+--   the caller's setting is untouched): AT TIME ZONE would read a name that is also an
+--   abbreviation (CET, EET, MET, WET, EST) as a fixed offset, CET as UTC+1 even in summer, and
+--   what an abbreviation means depends on the caller's timezone_abbreviations.
 --   A wall-clock time is turned into an instant by PostgreSQL's rules, so around a DST change:
 --   a time the clocks skip fires as if the jump had not happened yet (02:30 in Europe/Berlin on
 --   the last Sunday of March fires at 03:30 CEST, one tick even if 03:30 matches too); a time
@@ -17,6 +21,7 @@ CREATE OR REPLACE FUNCTION queue._cron_next(expr text, after timestamptz, timezo
     LANGUAGE plpgsql
     STABLE
     SET search_path = pg_catalog, pg_temp
+    SET TimeZone = 'UTC'
 AS $$
 DECLARE
     c_horizon CONSTANT integer := 50;  -- years
@@ -67,18 +72,21 @@ BEGIN
                   HINT = 'Check the day-of-month and month fields, e.g. 30 2 (30 February) never comes.';
     END IF;
 
-    -- Start at the wall-clock time of `after` under the smallest UTC offset in force within a day
-    -- of it: near a DST change a wall-clock time earlier than `after`'s own can be a later instant.
+    -- From here on timestamptz::timestamp and timestamp::timestamptz convert in the zone. A local
+    -- setting (true) in a function with a SET TimeZone clause of its own ends with the call.
     BEGIN
-        v_local := LEAST(_cron_next.after AT TIME ZONE _cron_next.timezone,
-                         (_cron_next.after - interval '24 hours') AT TIME ZONE _cron_next.timezone + interval '24 hours',
-                         (_cron_next.after + interval '24 hours') AT TIME ZONE _cron_next.timezone - interval '24 hours');
+        PERFORM pg_catalog.set_config('TimeZone', _cron_next.timezone, true);
     EXCEPTION WHEN invalid_parameter_value THEN
         RAISE EXCEPTION 'unknown time zone'
             USING ERRCODE = '22023',
                   DETAIL = pg_catalog.format('timezone is %s.', pg_catalog.quote_literal(_cron_next.timezone)),
                   HINT = 'Use a name from pg_timezone_names, such as ''UTC'' or ''Europe/Berlin''.';
     END;
+    -- Start at the wall-clock time of `after` under the smallest UTC offset in force within a day
+    -- of it: near a DST change a wall-clock time earlier than `after`'s own can be a later instant.
+    v_local := LEAST(_cron_next.after::timestamp,
+                     (_cron_next.after - interval '24 hours')::timestamp + interval '24 hours',
+                     (_cron_next.after + interval '24 hours')::timestamp - interval '24 hours');
     v_wall   := pg_catalog.date_trunc('minute', v_local) + interval '1 minute';
     v_year   := pg_catalog.date_part('year', v_wall)::integer;
     v_month  := pg_catalog.date_part('month', v_wall)::integer;
@@ -168,7 +176,7 @@ BEGIN
         -- A matching wall-clock time.
         v_wall := pg_catalog.make_timestamp(v_year, v_month, v_day, v_hour, v_minute, 0);
         EXIT WHEN v_wall >= v_limit;
-        v_at := v_wall AT TIME ZONE _cron_next.timezone;
+        v_at := v_wall::timestamptz;
         IF v_at > _cron_next.after THEN
             IF v_best IS NULL OR v_at < v_best THEN
                 v_best := v_at;
@@ -176,7 +184,7 @@ BEGIN
             IF v_limit IS NULL THEN
                 -- A time the clocks skipped maps to an instant later than the wall-clock times just
                 -- after the jump: look on through them before taking it.
-                v_limit := v_wall + GREATEST((v_at AT TIME ZONE _cron_next.timezone) - v_wall, interval '0');
+                v_limit := v_wall + GREATEST(v_at::timestamp - v_wall, interval '0');
                 EXIT WHEN v_limit = v_wall;
             END IF;
         END IF;
@@ -185,5 +193,5 @@ BEGIN
     RETURN v_best;
 END
 $$;
-COMMENT ON FUNCTION queue._cron_next(text, timestamptz, text) IS 'Internal: the first tick of a cron expression strictly after `after`, fields read as wall-clock time in `timezone` (a time skipped by DST fires as if before the jump; a repeated one fires once). Raises 22023 for an invalid expression or time zone, or one that never fires (0 0 30 2 *).';
+COMMENT ON FUNCTION queue._cron_next(text, timestamptz, text) IS 'Internal: the first tick of a cron expression strictly after `after`, fields read as wall-clock time in `timezone` (a zone name, never read as an abbreviation: CET keeps its summer time; the caller''s TimeZone is untouched; a time skipped by DST fires as if before the jump; a repeated one fires once). Raises 22023 for an invalid expression or time zone, or one that never fires (0 0 30 2 *).';
 REVOKE ALL ON FUNCTION queue._cron_next(text, timestamptz, text) FROM PUBLIC;

@@ -37,8 +37,9 @@ BEGIN
             USING ERRCODE = '22004',
                   HINT = 'Give five fields (minute hour day-of-month month day-of-week), e.g. ''*/5 * * * *''.';
     END IF;
-    v_text := pg_catalog.lower(pg_catalog.btrim(_cron_parse.expr, E' \t\r\n'));
-    v_text := CASE v_text
+    -- Not lower-cased: the errors quote the fields as written; names are compared in lower case.
+    v_text := pg_catalog.btrim(_cron_parse.expr, E' \t\r\n');
+    v_text := CASE pg_catalog.lower(v_text)
                   WHEN '@yearly'   THEN '0 0 1 1 *'
                   WHEN '@annually' THEN '0 0 1 1 *'
                   WHEN '@monthly'  THEN '0 0 1 * *'
@@ -73,7 +74,7 @@ BEGIN
         v_mask := 0;  -- bit v set: value v allowed
         FOREACH v_item IN ARRAY pg_catalog.string_to_array(v_fields[i], ',') LOOP
             -- {star, first, last, step}
-            v_parts := pg_catalog.regexp_match(v_item, '^(?:(\*)|([a-z0-9]+)(?:-([a-z0-9]+))?)(?:/([0-9]+))?$');
+            v_parts := pg_catalog.regexp_match(v_item, '^(?:(\*)|([A-Za-z0-9]+)(?:-([A-Za-z0-9]+))?)(?:/([0-9]+))?$');
             IF v_parts IS NULL THEN
                 RAISE EXCEPTION 'invalid cron expression'
                     USING ERRCODE = '22023',
@@ -90,10 +91,10 @@ BEGIN
                 IF v_parts[j] ~ '^[0-9]+$' THEN
                     -- 999 stands for any longer number: out of range below, never an overflow
                     v_bound[j - 1] := CASE WHEN pg_catalog.length(v_parts[j]) <= 3 THEN v_parts[j]::integer ELSE 999 END;
-                ELSIF i = 4 AND v_parts[j] = ANY (c_months) THEN
-                    v_bound[j - 1] := pg_catalog.array_position(c_months, v_parts[j]);
-                ELSIF i = 5 AND v_parts[j] = ANY (c_days) THEN
-                    v_bound[j - 1] := pg_catalog.array_position(c_days, v_parts[j]) - 1;
+                ELSIF i = 4 AND pg_catalog.lower(v_parts[j]) = ANY (c_months) THEN
+                    v_bound[j - 1] := pg_catalog.array_position(c_months, pg_catalog.lower(v_parts[j]));
+                ELSIF i = 5 AND pg_catalog.lower(v_parts[j]) = ANY (c_days) THEN
+                    v_bound[j - 1] := pg_catalog.array_position(c_days, pg_catalog.lower(v_parts[j])) - 1;
                 ELSE
                     RAISE EXCEPTION 'invalid cron expression'
                         USING ERRCODE = '22023',

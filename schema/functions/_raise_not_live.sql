@@ -11,9 +11,11 @@ BEGIN
     SELECT h.status INTO v_status
       FROM queue.history h
      WHERE h.id = _raise_not_live.id
-     -- A periodic task's last run and its end (cancel, fatal) can share a timestamp (one
-     -- transaction): the end is the latest event, so on a tie a row other than 'done' wins.
-     ORDER BY h.finished DESC, h.status = 'done'
+     -- Rows of one transaction share a timestamp. Only the task's last event took it out of
+     -- queue.live_tasks; what can precede it at the same instant are periodic runs (done or
+     -- fatal, after which the task was re-armed). A cancel always ends the task and a done or
+     -- fatal ends it only as a one-off, so on a tie: cancelled, then fatal, then done.
+     ORDER BY h.finished DESC, CASE h.status WHEN 'cancelled' THEN 0 WHEN 'fatal' THEN 1 ELSE 2 END
      LIMIT 1;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'task % not found', _raise_not_live.id

@@ -1,7 +1,8 @@
 -- cancel(id): an admin gives up on a live task (ready, error or running): it moves to
 -- queue.history as 'cancelled'. A worker still running it finds its lease gone (finish and fail
 -- return false, heartbeat raises SK001). For a periodic task this ends its schedule: its history
--- keeps the runs. Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a finished task.
+-- keeps the runs. A task cancelled while it waits (ready, error) is recorded without a start, so
+-- that its wait is not counted as run time. Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a finished task.
 CREATE OR REPLACE FUNCTION queue.cancel(id bigint)
     RETURNS void
     LANGUAGE plpgsql
@@ -27,7 +28,9 @@ BEGIN
     INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
                                error_text, created, started, finished, group_key, run_as)
     VALUES (v_task.id, v_task.stage, 'cancelled', v_task.priority, v_task.run_at, v_task.payload, v_task.key,
-            v_task.attempt, v_task.worker, v_task.error_text, v_task.created, v_task.started,
+            -- a task cancelled while it waits has no run to time (queue.hourly: finished - started)
+            v_task.attempt, v_task.worker, v_task.error_text, v_task.created,
+            CASE WHEN v_task.status = 'running' THEN v_task.started END,
             GREATEST(v_now, (SELECT pg_catalog.max(h.finished) FROM queue.history h WHERE h.id = v_task.id)),
             v_task.group_key, v_task.run_as);
 END

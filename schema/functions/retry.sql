@@ -14,7 +14,7 @@ AS $$
 DECLARE
     v_now    timestamptz := pg_catalog.now();
     v_status queue.task_status;
-    v_last   queue.history;
+    v_last   record;  -- a queue.history row and its ctid
     v_stage  text;
     v_found  boolean;
 BEGIN
@@ -40,12 +40,14 @@ BEGIN
         RETURN;
     END IF;
 
-    SELECT h.* INTO v_last
+    SELECT h.*, h.ctid AS row_ctid INTO v_last
       FROM queue.history h
      WHERE h.id = retry.id
-     -- A periodic task's last run and its end (cancel, fatal) can share a timestamp (one
-     -- transaction): the end is the latest event, so on a tie a row other than 'done' wins.
-     ORDER BY h.finished DESC, h.status = 'done'
+     -- Rows of one transaction share a timestamp. Only the task's last event took it out of
+     -- queue.live_tasks; what can precede it at the same instant are periodic runs (done or
+     -- fatal, after which the task was re-armed). A cancel always ends the task and a done or
+     -- fatal ends it only as a one-off, so on a tie: cancelled, then fatal, then done.
+     ORDER BY h.finished DESC, CASE h.status WHEN 'cancelled' THEN 0 WHEN 'fatal' THEN 1 ELSE 2 END
      LIMIT 1
        FOR UPDATE;
     v_found := FOUND;
@@ -77,8 +79,10 @@ BEGIN
                                              pg_catalog.quote_literal(v_last.stage), pg_catalog.quote_literal(v_last.key)),
                   HINT = 'Cancel or finish that task first.';
     END;
+    -- This row only: two rows of one instant can have the same status (fatal, cancel, retry and
+    -- fatal again in one transaction). Locked above, so its ctid holds.
     DELETE FROM queue.history h
-     WHERE h.id = v_last.id AND h.finished = v_last.finished AND h.status = v_last.status;
+     WHERE h.id = v_last.id AND h.finished = v_last.finished AND h.ctid = v_last.row_ctid;
     PERFORM queue._wake_waiters(v_last.stage);
 END
 $$;

@@ -434,7 +434,8 @@ def test_bulk_retry_fatal_skips_live_periodic_and_taken_keys(load_url: str) -> N
             _, notices = psql(load_url, block, appname=BULK_APP, stage=stage)
             m = re.search(r"retried (\d+), skipped (\d+) \(not fatal any more\), key taken: \{(\d*)\}", notices)
             assert m, notices
-        assert (int(m.group(1)), int(m.group(2)), m.group(3)) == (n, 1, str(keyed)), notices
+        # the periodic task, live again, is no longer picked: nothing skipped
+        assert (int(m.group(1)), int(m.group(2)), m.group(3)) == (n, 0, str(keyed)), notices
         assert c.execute("SELECT queue.heartbeat(%s, %s)", (periodic, p_lease)).fetchone() is not None
         retried = c.execute("SELECT count(*) FILTER (WHERE finished IS NULL OR status = 'done'), "
                             "count(*) FILTER (WHERE status = 'fatal') FROM queue.tasks WHERE id = ANY(%s)",
@@ -444,3 +445,96 @@ def test_bulk_retry_fatal_skips_live_periodic_and_taken_keys(load_url: str) -> N
                          (keyed,)).fetchone()[0] == "fatal"
         assert c.execute("SELECT status, worker FROM queue.tasks WHERE id = %s AND finished IS NULL",
                          (periodic,)).fetchone() == ("running", "cron")
+
+
+# --- Slices, and a task held by a take_locked worker ------------------------------------------------
+# The runbook's advice for very many tasks: add LIMIT n to the FOR query and run the block again
+# until its first count is 0. Each run must pick only what is left to do, and try last what it
+# cannot do, so that the first 0 comes only when nothing retriable is left.
+
+def sliced(block: str, n: int) -> str:
+    """The block with LIMIT n at the end of its FOR query, as the runbook says."""
+    new, k = re.subn(r"\n(\s*)LOOP\n", f" LIMIT {n}\n\\1LOOP\n", block, count=1)
+    assert k == 1
+    return new
+
+
+def run_slices(url: str, block: str, stage: str, n: int, most: int = 8) -> list[tuple[int, int]]:
+    """Runs the sliced block until its first count is 0 (at most `most` runs); their counts."""
+    counts: list[tuple[int, int]] = []
+    while len(counts) < most:
+        counts.append(run_bulk(url, sliced(block, n), stage))
+        if counts[-1][0] == 0:
+            return counts
+    raise AssertionError(f"{most} slices and the first count never reached 0: {counts}")
+
+
+def test_sliced_priority_change_reaches_every_task_and_stops(load_url: str) -> None:
+    stage = "rb.slice.priority"
+    with psycopg.connect(load_url, autocommit=True) as c:
+        enqueue_many(c, stage, ['{"customer": 7}'] * 7 + ['{"customer": 8}'])
+        counts = run_slices(load_url, bulk_block("queue.set_priority(", "payload @>"), stage, 3)
+        rows = dict(c.execute("SELECT payload->>'customer', array_agg(DISTINCT priority) FROM queue.tasks "
+                              "WHERE stage = %s GROUP BY 1", (stage,)).fetchall())
+    assert rows == {"7": [-10], "8": [0]}, rows
+    assert counts == [(3, 0), (3, 0), (1, 0), (0, 0)], counts
+
+
+def test_sliced_fatal_retry_retries_every_retriable_task_before_its_first_zero(load_url: str) -> None:
+    """Three fatal tasks whose keys live tasks took (the lowest ids), then three plain ones: slices
+    of 3 retry the plain ones, then list the others, and only then report 0."""
+    stage = "rb.slice.fatal"
+    with psycopg.connect(load_url, autocommit=True) as c:
+        keyed, plain = [], []
+        for k in range(6):
+            tid = c.execute("SELECT queue.enqueue('{}', %s, key => %s)", (stage, f"doc-{k}" if k < 3 else None)).fetchone()[0]
+            t, lease = c.execute("SELECT id, lease FROM queue.take_next(%s)", (stage,)).fetchone()
+            assert t == tid
+            c.execute("SELECT queue.fail(%s, %s, 'bad input', fatal => true)", (t, lease))
+            (keyed if k < 3 else plain).append(t)
+        for k in range(3):  # the producer enqueued those documents again, same key, for later
+            c.execute("SELECT queue.enqueue('{}', %s, key => %s, run_at => now() + interval '1 day')", (stage, f"doc-{k}"))
+        counts = run_slices(load_url, bulk_block("queue.retry(", "'fatal'"), stage, 3)
+        retried = c.execute("SELECT array_agg(id ORDER BY id) FROM queue.tasks WHERE stage = %s "
+                            "AND finished IS NULL AND key IS NULL", (stage,)).fetchone()[0]
+    assert retried == plain, (retried, plain, counts)
+    assert counts[-1] == (0, 0) and len(counts) == 2, counts
+
+
+@pytest.mark.parametrize("fragments, status", [
+    (("queue.cancel(",), "ready"),
+    (("queue.set_priority(", "payload @>"), "ready"),
+    (("queue.retry(", "'error'"), "error"),
+], ids=["cancel", "priorities", "retry-now"])
+def test_bulk_block_skips_a_task_held_by_take_locked_instead_of_waiting(
+        load_url: str, fragments: tuple[str, ...], status: str) -> None:
+    """A take_locked worker holds one due task for as long as the block runs: the block gives up on
+    it after its lock_timeout, counts it as skipped and changes the others."""
+    stage = f"rb.held.{fragments[0][6:-1]}"
+    with psycopg.connect(load_url, autocommit=True) as c:
+        ids = enqueue_many(c, stage, ['{"customer": 7}'] * 4)
+        if status == "error":
+            rows = c.execute("SELECT id, lease FROM queue.take_next(%s, batch => 4)", (stage,)).fetchall()
+            for tid, lease in rows:
+                c.execute("SELECT queue.fail(%s, %s, 'flaky', retry_in => interval '0')", (tid, lease))
+        holder = psycopg.connect(load_url)
+        try:
+            held = holder.execute("SELECT id FROM queue.take_locked(%s)", (stage,)).fetchone()[0]
+            args = ["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", load_url, "-v", f"stage={stage}"]
+            t0 = time.monotonic()
+            try:
+                proc = subprocess.run(args, input=bulk_block(*fragments), capture_output=True, text=True, timeout=20)
+            except subprocess.TimeoutExpired:
+                raise AssertionError("the block waited for the task held by take_locked") from None
+            elapsed = time.monotonic() - t0
+        finally:
+            holder.rollback()
+            holder.close()
+        assert proc.returncode == 0, proc.stderr
+        m = re.search(r"NOTICE:\s+\D*?(\d+), skipped (\d+)", proc.stderr)
+        assert m, proc.stderr
+        assert (int(m.group(1)), int(m.group(2))) == (3, 1), proc.stderr
+        assert elapsed < 10, elapsed
+        row = c.execute("SELECT status::text, priority FROM queue.tasks WHERE id = %s", (held,)).fetchone()
+    assert row == (status, 0), row  # the held task is as it was
+    assert held in ids

@@ -81,9 +81,14 @@ SELECT is_empty(
          -- _mark_waiting never waits long: a take that finds its stage empty calls it.
          AND NOT (p.oid = 'queue._mark_waiting(text)'::regprocedure
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",lock_timeout=10ms}')
+         -- Time arithmetic in a fixed zone: _cron_next converts through TimeZone (a zone name is
+         -- never read as an abbreviation), _next_slot adds days and months in UTC.
+         AND NOT (p.oid IN ('queue._cron_next(text,timestamptz,text)'::regprocedure,
+                            'queue._next_slot(timestamptz,interval,boolean,timestamptz)'::regprocedure)
+                  AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",TimeZone=UTC}')
          -- A procedure with a SET clause cannot COMMIT; run_sql_tasks qualifies every name.
          AND p.oid <> 'queue.run_sql_tasks(text,integer,text,integer)'::regprocedure$$,
-    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next and take_locked add plan_cache_mode=force_generic_plan, compact and rotate_partitions lock_timeout=100ms, rotate_partitions and _history_partitions DateStyle=ISO, YMD, _mark_waiting lock_timeout=10ms) (listed: those that do not)'
+    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next and take_locked add plan_cache_mode=force_generic_plan, compact and rotate_partitions lock_timeout=100ms, rotate_partitions and _history_partitions DateStyle=ISO, YMD, _mark_waiting lock_timeout=10ms, _cron_next and _next_slot TimeZone=UTC) (listed: those that do not)'
 );
 
 -- Comments: what \df+ and \d+ show a DBA.
@@ -215,8 +220,8 @@ SELECT set_eq(
        WHERE c.relnamespace = 'queue'::regnamespace
          AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
          AND pg_catalog.has_table_privilege('skiplock_monitor', c.oid, 'SELECT')$$,
-    ARRAY['queue.tasks', 'queue.stats', 'queue.errors', 'queue.hourly', 'queue.metrics', 'queue.schedules'],
-    'skiplock_monitor may read exactly the views queue.tasks, queue.stats, queue.errors, queue.hourly, queue.metrics and the table queue.schedules'
+    ARRAY['queue.tasks', 'queue.stats', 'queue.errors', 'queue.hourly', 'queue.metrics', 'queue.stage_config', 'queue.schedules'],
+    'skiplock_monitor may read exactly the views queue.tasks, queue.stats, queue.errors, queue.hourly, queue.metrics, queue.stage_config and the table queue.schedules'
 );
 
 SELECT set_eq(

@@ -34,9 +34,9 @@ SELECT lives_ok(format('SELECT queue.cancel(%s)', id), 'cancel of an error task 
 SELECT is_empty('SELECT 1 FROM queue.live_tasks WHERE id = (SELECT id FROM made WHERE name = ''error'')',
                 'a cancelled error task leaves queue.live_tasks');
 SELECT results_eq(
-    'SELECT status::text, attempt, error_text, worker FROM queue.history WHERE id = (SELECT id FROM made WHERE name = ''error'')',
-    $$VALUES ('cancelled', 1, 'timeout', 'w-err')$$,
-    'a cancelled error task is cancelled in queue.history with its attempt and last error');
+    'SELECT status::text, attempt, error_text, worker, started FROM queue.history WHERE id = (SELECT id FROM made WHERE name = ''error'')',
+    $$VALUES ('cancelled', 1, 'timeout', 'w-err', NULL::timestamptz)$$,
+    'a cancelled error task is cancelled in queue.history with its attempt and last error, and no start (its wait is no run time)');
 
 -- A running task: the worker loses its lease.
 SELECT lives_ok(format('SELECT queue.cancel(%s)', id), 'cancel of a running task succeeds') FROM made WHERE name = 'running';

@@ -1,7 +1,7 @@
 -- retry(id): a failed task (error, fatal, cancelled) is ready again now from attempt 0, same id
 -- and payload; running and done tasks, unknown ids and taken keys raise, changing nothing.
 BEGIN;
-SELECT plan(31);
+SELECT plan(40);
 
 CREATE TEMP TABLE made (name text PRIMARY KEY, id bigint);
 CREATE TEMP TABLE took (name text PRIMARY KEY, id bigint, payload jsonb, attempt integer, lease uuid,
@@ -108,6 +108,41 @@ SELECT results_eq(format('SELECT count(DISTINCT finished)::int, array_agg(status
   FROM made WHERE name = 'tie';
 SELECT lives_ok(format('SELECT queue.retry(%s)', id), 'retry takes the cancel, not the done run, as the last event')
   FROM made WHERE name = 'tie';
+
+-- A periodic task whose run failed for good (recorded, the task re-armed) and which was then
+-- cancelled, in one transaction: two rows other than done share a finished time; the cancel is
+-- the last event, so retry revives the task from it and the fatal run stays in history.
+INSERT INTO made VALUES ('tie2', queue.enqueue('{"n": 10}', 'rt.tie2', repeat => '1 hour'));
+INSERT INTO took SELECT 'tie2', k.* FROM queue.take_next('rt.tie2') k;
+SELECT is(queue.fail(id, lease, 'boom', fatal => true), true, 'a run of the periodic task failed for good') FROM took WHERE name = 'tie2';
+SELECT queue.cancel(id) FROM made WHERE name = 'tie2';
+SELECT results_eq(format('SELECT count(DISTINCT finished)::int, array_agg(status::text ORDER BY status::text) FROM queue.history WHERE id = %s', id),
+                  $$VALUES (1, ARRAY['cancelled', 'fatal'])$$,
+                  'setup: its fatal run and its cancel share one finished time')
+  FROM made WHERE name = 'tie2';
+SELECT throws_ok(format('SELECT queue.cancel(%s)', id), '55000', format('cannot cancel task %s: it is cancelled', id),
+                 'a second cancel reports the task as cancelled, its last event, not fatal')
+  FROM made WHERE name = 'tie2';
+SELECT lives_ok(format('SELECT queue.retry(%s)', id), 'retry of the cancelled task') FROM made WHERE name = 'tie2';
+SELECT results_eq(format($q$SELECT status::text, error_text FROM queue.tasks WHERE id = %s ORDER BY status::text$q$, id),
+                  $$VALUES ('fatal'::text, 'boom'::text), ('ready', NULL)$$,
+                  'retry took the cancel as the last event: the task is ready, its fatal run stays in history, no cancelled row is left')
+  FROM made WHERE name = 'tie2';
+
+-- Two fatal rows of one instant: a periodic run failed for good (the task re-armed), then the task,
+-- made a one-off here as superuser, failed for good again in the same transaction. retry revives
+-- the task from one row and deletes that one only.
+INSERT INTO made VALUES ('fatal2', queue.enqueue('{"n": 11}', 'rt.fatal2', repeat => '1 hour'));
+INSERT INTO took SELECT 'fatal2a', k.* FROM queue.take_next('rt.fatal2') k;
+SELECT is(queue.fail(id, lease, 'boom', fatal => true), true, 'setup: a periodic run fails for good') FROM took WHERE name = 'fatal2a';
+UPDATE queue.live_tasks t SET repeat = NULL, slot = NULL, run_at = now() WHERE t.id = (SELECT id FROM made WHERE name = 'fatal2');
+INSERT INTO took SELECT 'fatal2b', k.* FROM queue.take_next('rt.fatal2') k;
+SELECT is(queue.fail(id, lease, 'boom', fatal => true), true, 'setup: the task, now a one-off, fails for good') FROM took WHERE name = 'fatal2b';
+SELECT lives_ok(format('SELECT queue.retry(%s)', id), 'retry of the task with two fatal rows of one instant') FROM made WHERE name = 'fatal2';
+SELECT results_eq(format($q$SELECT h.status::text, (SELECT t.status::text FROM queue.live_tasks t WHERE t.id = h.id) FROM queue.history h WHERE h.id = %s$q$, id),
+                  $$VALUES ('fatal'::text, 'ready'::text)$$,
+                  'one fatal row stays in history (retry deleted the row it revived, not both) and the task is ready')
+  FROM made WHERE name = 'fatal2';
 
 SELECT * FROM finish();
 ROLLBACK;

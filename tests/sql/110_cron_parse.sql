@@ -2,7 +2,7 @@
 -- 7 = Sunday, the macros, the day-of-month/day-of-week star flags, and an error naming the field
 -- for everything it cannot read.
 BEGIN;
-SELECT plan(76);
+SELECT plan(84);
 
 -- The SQLSTATE and DETAIL of the error _cron_parse raises (NULL when it raises none).
 CREATE FUNCTION pg_temp.cron_error(expr text)
@@ -159,6 +159,18 @@ SELECT is(pg_temp.cron_error('* 1,,2 * * *'), '22023 Field 2 (hour) is ''1,,2'':
 SELECT is(pg_temp.cron_error('* * */ * *'), '22023 Field 3 (day-of-month) is ''*/'': ''*/'' cannot be read.', 'a step without a number raises 22023');
 SELECT is(pg_temp.cron_error('* * * * -1'), '22023 Field 5 (day-of-week) is ''-1'': ''-1'' cannot be read.', 'a negative number raises 22023');
 SELECT is(pg_temp.cron_error('@reboot'), '22023 ''@reboot'' is not a known macro.', '@reboot (and any unknown macro) raises 22023');
+-- Quoted as written, not lower-cased.
+SELECT is(pg_temp.cron_error('0 0 L * *'), '22023 Field 3 (day-of-month) is ''L'': ''L'' is not a value of this field.',
+          'L (no last-day syntax) is quoted as written, upper case');
+SELECT is(pg_temp.cron_error('0 0 * * MON-Sunday'), '22023 Field 5 (day-of-week) is ''MON-Sunday'': ''Sunday'' is not a value of this field.',
+          'a field with a bad name is quoted as written');
+SELECT is(pg_temp.cron_error('0 0 * * FRI-MON'), '22023 Field 5 (day-of-week) is ''FRI-MON'': the range ''FRI-MON'' runs backwards.',
+          'a reversed range of names in upper case is quoted as written');
+SELECT is(pg_temp.cron_error('0 0 ? * Mon'), '22023 Field 3 (day-of-month) is ''?'': ''?'' cannot be read.', 'setup: ? cannot be read');
+SELECT is(pg_temp.cron_error('0 0 1 * 1#2 X'), '22023 ''0 0 1 * 1#2 X'' has 6 fields, not 5.', 'the field count quotes the expression as written');
+SELECT is((queue._cron_parse('0 0 * * MON-fri')).dow, '{1,2,3,4,5}'::integer[], 'names still match in any case');
+SELECT is(pg_temp.cron_error('@Reboot'), '22023 ''@Reboot'' is not a known macro.', 'an unknown macro is quoted as written');
+SELECT is((queue._cron_parse('@DAILY')).hour, '{0}'::integer[], 'macros still match in any case');
 
 -- Field count and NULL ---------------------------------------------------------------------------------------------
 SELECT is(pg_temp.cron_error('* * * *'), '22023 ''* * * *'' has 4 fields, not 5.', 'four fields raise 22023');

@@ -3,7 +3,7 @@
 -- brute-force comparison; expressions that never fire and bad arguments raise.
 -- Times are written with their offset, so the session's TimeZone does not matter.
 BEGIN;
-SELECT plan(59);
+SELECT plan(70);
 
 -- Minutes ----------------------------------------------------------------------------------------------------------
 SELECT is(queue._cron_next('*/5 * * * *', '2026-01-01 12:03:10+00'), '2026-01-01 12:05:00+00', '*/5 from 12:03:10 is 12:05');
@@ -75,6 +75,34 @@ SET LOCAL timezone = 'America/Los_Angeles';
 SELECT is(queue._cron_next('0 0 * * *', '2026-01-01 12:00:00+00'), '2026-01-02 00:00:00+00',
           'the session''s TimeZone does not change the result');
 RESET timezone;
+
+-- Zone names that are also abbreviations are read as the zone, whatever timezone_abbreviations says.
+SELECT is(queue._cron_next('0 12 * * *', '2026-07-01 00:00:00+00', 'CET'), '2026-07-01 10:00:00+00',
+          'zone CET has summer time: noon on 1 July is 10:00 UTC (CEST), not 11:00 (the abbreviation CET, UTC+1)');
+SELECT is(queue._cron_next('0 12 * * *', '2026-07-01 00:00:00+00', 'CET'), queue._cron_next('0 12 * * *', '2026-07-01 00:00:00+00', 'Europe/Paris'),
+          'zone CET and Europe/Paris agree in summer');
+SELECT is(queue._cron_next('0 12 * * *', '2026-07-01 00:00:00+00', 'EET'), '2026-07-01 09:00:00+00', 'zone EET in summer: noon is 09:00 UTC (EEST)');
+SELECT is(queue._cron_next('0 12 * * *', '2026-07-01 00:00:00+00', 'WET'), '2026-07-01 11:00:00+00', 'zone WET in summer: noon is 11:00 UTC (WEST)');
+SELECT is(queue._cron_next('0 12 * * *', '2026-07-01 00:00:00+00', 'MET'), '2026-07-01 10:00:00+00', 'zone MET in summer: noon is 10:00 UTC (MEST)');
+SET LOCAL timezone_abbreviations = 'Australia';
+SELECT is(queue._cron_next('0 12 * * *', '2026-07-01 00:00:00+00', 'EST'), '2026-07-01 17:00:00+00',
+          'zone EST is UTC-5 even when the session''s timezone_abbreviations (Australia) read EST as UTC+10');
+RESET timezone_abbreviations;
+
+-- The zone is set for the call only: the caller's TimeZone is as it was, in and after the transaction.
+SET LOCAL timezone = 'America/Los_Angeles';
+SELECT is(current_setting('TimeZone') || ' ' || queue._cron_next('0 9 * * *', '2026-01-01 12:00:00+00', 'Asia/Kolkata')::text
+          || ' ' || current_setting('TimeZone'),
+          'America/Los_Angeles 2026-01-01 19:30:00-08 America/Los_Angeles',
+          'the caller''s TimeZone (SET LOCAL) is the same before and after a call in another zone');
+SELECT is(current_setting('TimeZone'), 'America/Los_Angeles', 'and after the statement');
+RESET timezone;
+SELECT is(current_setting('TimeZone'), (SELECT s.reset_val FROM pg_catalog.pg_settings s WHERE s.name = 'TimeZone'),
+          'no call left a TimeZone behind: RESET gives the session''s own');
+SELECT throws_ok($$SELECT queue._cron_next('0 0 * * *', '2026-01-01 00:00:00+00', 'Mars/Olympus_Mons')$$, '22023', 'unknown time zone',
+                 'setup: an unknown zone raises');
+SELECT is(current_setting('TimeZone'), (SELECT s.reset_val FROM pg_catalog.pg_settings s WHERE s.name = 'TimeZone'),
+          'and leaves the caller''s TimeZone as it was');
 
 -- DST in Europe/Berlin: clocks go from 02:00 CET to 03:00 CEST on Sunday 29 March 2026, back from
 -- 03:00 CEST to 02:00 CET on Sunday 25 October 2026.

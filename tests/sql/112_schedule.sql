@@ -4,7 +4,7 @@
 -- stage and priority under the key schedule:<name>:<tick>.
 -- now() is fixed for the transaction; firing uses injected times in 2030.
 BEGIN;
-SELECT plan(82);
+SELECT plan(84);
 
 -- Creating --------------------------------------------------------------------------------------------------------
 SELECT is(queue.schedule('s.every5', '*/5 * * * *', stage => 'sch.a', payload => '{"job": "a"}', priority => 3),
@@ -184,6 +184,25 @@ SELECT is(queue.fire_schedules('2030-03-30 08:00:00+00'), 1, 'a Berlin schedule 
 SELECT is((SELECT s.next_fire FROM queue.schedules s WHERE s.name = 'f.berlin'), '2030-03-31 07:00:00+00'::timestamptz,
           'its next tick is 09:00 CEST, 07:00 UTC, after the change');
 SELECT is((SELECT f.key FROM fired f WHERE f.stage = 'sch.tz'), 'schedule:f.berlin:2030-03-30T08:00:00Z', 'keys give the tick in UTC');
+-- Zone names that are also abbreviations: zone CET keeps summer time, zone EST is UTC-5 whatever
+-- the firing session's timezone_abbreviations (Australia: EST is UTC+10).
+DO $$
+BEGIN
+    PERFORM queue.unschedule('f.berlin');
+    PERFORM queue.schedule('f.cet', '0 12 * * *', stage => 'sch.tz2', timezone => 'CET');
+    PERFORM queue.schedule('f.est', '0 12 * * *', stage => 'sch.tz2', timezone => 'EST');
+END
+$$;
+UPDATE queue.schedules s SET next_fire = '2030-07-01 10:00:00+00' WHERE s.name = 'f.cet';
+UPDATE queue.schedules s SET next_fire = '2030-07-01 17:00:00+00' WHERE s.name = 'f.est';
+SET LOCAL timezone_abbreviations = 'Australia';
+SELECT is(queue.fire_schedules('2030-07-01 17:00:00+00'), 2, 'setup: both fire');
+RESET timezone_abbreviations;
+SELECT results_eq(
+    $$SELECT s.name, s.next_fire FROM queue.schedules s WHERE s.name IN ('f.cet', 'f.est') ORDER BY s.name$$,
+    $$VALUES ('f.cet'::text, timestamptz '2030-07-02 10:00:00+00'), ('f.est', '2030-07-02 17:00:00+00')$$,
+    'zone CET''s next noon is 10:00 UTC in summer (CEST), zone EST''s 17:00 UTC, not the abbreviations'' 11:00 and 02:00'
+);
 
 -- Arguments.
 UPDATE queue.schedules s SET next_fire = now() + interval '1 microsecond', last_fired = NULL;

@@ -5,7 +5,7 @@
 -- now() is fixed for the transaction: slots are set in the past relative to it (by run_at at
 -- enqueue, or as superuser), and every expected time is written in terms of now().
 BEGIN;
-SELECT plan(56);
+SELECT plan(60);
 
 CREATE TEMP TABLE made (name text PRIMARY KEY, id bigint);
 CREATE TEMP TABLE took (name text PRIMARY KEY, id bigint, payload jsonb, attempt integer, lease uuid,
@@ -231,6 +231,7 @@ SELECT results_eq(
 );
 
 -- The arithmetic of _next_slot against a brute-force search, with months and DST ---------------------------
+-- In UTC whatever the session's TimeZone (here Europe/Berlin, whose DST changes the cases cross).
 SET LOCAL TimeZone = 'Europe/Berlin';
 CREATE TEMP TABLE cases (slot timestamptz, repeat interval, finished timestamptz);
 INSERT INTO cases VALUES
@@ -245,12 +246,22 @@ INSERT INTO cases VALUES
     ('2024-05-01 00:00', interval '1 hour', '2024-04-01 00:00');
 SELECT results_eq(
     $$SELECT queue._next_slot(c.slot, c.repeat, true, c.finished) FROM cases c ORDER BY c.slot, c.repeat, c.finished$$,
-    $$SELECT (SELECT min(c.slot + k * c.repeat) FROM generate_series(1, 100000) AS k WHERE c.slot + k * c.repeat > c.finished)
+    $$SELECT (SELECT min(((c.slot AT TIME ZONE 'UTC') + k * c.repeat) AT TIME ZONE 'UTC')
+                FROM generate_series(1, 100000) AS k
+               WHERE ((c.slot AT TIME ZONE 'UTC') + k * c.repeat) AT TIME ZONE 'UTC' > c.finished)
         FROM cases c ORDER BY c.slot, c.repeat, c.finished$$,
-    'with drift the next slot is the smallest slot + k * repeat (k >= 1) after the finish: months, leap days, DST, fine repeats, a future slot'
+    'with drift the next slot is the smallest slot + k * repeat (k >= 1) in UTC after the finish: months, leap days, fine repeats, a future slot; the session''s DST does not count'
 );
 SELECT is(queue._next_slot('2024-01-01 00:00', interval '1 hour', false, '2024-06-01 12:34'), '2024-06-01 13:34'::timestamptz,
           'without drift the next run is the finish + repeat');
+SELECT is(queue._next_slot('2026-07-01 07:00+00', interval '1 day', true, '2026-11-24 12:00+00'), '2026-11-25 07:00+00',
+          'a daily slot at 07:00 UTC stays at 07:00 UTC across the session''s (Berlin''s) DST change: a day is 24 hours');
+SELECT is(queue._next_slot('2026-07-01 07:00+00', interval '1 day', false, '2026-10-24 12:00+00'), '2026-10-25 12:00+00',
+          'without drift too: the finish + 24 hours over the night Berlin''s clocks go back');
+SELECT is(queue._next_slot('2027-01-31 09:00+00', interval '1 month', true, '2027-01-31 09:05+00'), '2027-02-28 09:00+00',
+          'a month from 31 January is clamped to 28 February');
+SELECT is(queue._next_slot('2027-02-28 09:00+00', interval '1 month', true, '2027-02-28 09:05+00'), '2027-03-28 09:00+00',
+          'and the slot stored then stays on the 28th: a monthly repeat keeps the clamped day (documented)');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -124,8 +124,9 @@ BEGIN
     -- SKIP LOCKED does not skip this transaction's own locks: without the xmax test a second take
     -- in the same transaction would hand out again a task it holds.
     -- A later take of this transaction skips the tasks it holds: xmax is its id, or a multixact
-    -- holding its lock after a rolled-back savepoint wrote the row (_locked_here). A first take
-    -- (the transaction has no id yet) pays for neither.
+    -- holding its lock after a rolled-back savepoint wrote the row (_locked_here, asked only for
+    -- an xmax below the next multixact number: a plain transaction id usually is not). A first
+    -- take (the transaction has no id yet) pays for neither. A false match skips a task once.
     <<claim>>
     LOOP
         IF v_from_priority IS NULL THEN
@@ -144,7 +145,8 @@ BEGIN
                AND c.run_as IS NULL
                AND c.run_at <= v_now
                AND (v_own_xid IS NULL
-                    OR (c.xmax <> v_own_xid AND (c.xmax = '0'::xid OR NOT queue._locked_here(c.xmax))))
+                    OR (c.xmax <> v_own_xid
+                        AND (c.xmax = '0'::xid OR pg_catalog.mxid_age(c.xmax) <= 0 OR NOT queue._locked_here(c.xmax))))
                AND (c.priority, c.run_at, c.id) >= (v_from_priority, v_from_run_at, v_from_id)
              ORDER BY c.priority, c.run_at, c.id
              LIMIT take_locked.batch

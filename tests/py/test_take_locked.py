@@ -14,6 +14,8 @@ import time
 import psycopg
 import pytest
 
+from skiplock import devdb, migrate
+
 STAGE = "lk.drain"
 TASKS = 20_000
 WORKERS = 6
@@ -302,3 +304,72 @@ def test_a_rerun_by_the_transaction_holding_the_task_leaves_it_ready_with_the_ne
         assert w.execute("SELECT status::text, attempt, payload FROM queue.live_tasks WHERE id = %s",
                          (task,)).fetchall() == [("ready", 0, {"v": 2})]
         assert w.execute("SELECT count(*) FROM queue.history WHERE id = %s", (task,)).fetchone()[0] == 0
+
+
+def test_a_lock_inherited_by_a_written_version_survives_a_rolled_back_savepoint(db: str):
+    """A version the holding transaction wrote (set_priority in a released savepoint) carries its
+    lock as a key-share lock; a savepoint that wrote it again and was rolled back leaves a
+    multixact with that key-share lock: still held, neither handed out again nor refused."""
+    with psycopg.connect(db, autocommit=True) as w:
+        task = w.execute("SELECT queue.enqueue('{}', 'lk.keysh')").fetchone()[0]
+        w.execute("BEGIN")
+        assert w.execute("SELECT id FROM queue.take_locked('lk.keysh')").fetchone()[0] == task
+        with w.transaction():
+            w.execute("SELECT queue.set_priority(%s, 5)", (task,))
+        w.execute("SAVEPOINT b")
+        w.execute("SELECT queue.set_priority(%s, 6)", (task,))
+        w.execute("ROLLBACK TO SAVEPOINT b")
+        w.execute("RELEASE SAVEPOINT b")
+        assert w.execute("SELECT count(*) FROM queue.take_locked('lk.keysh')").fetchone()[0] == 0
+        assert w.execute("SELECT queue.finish_locked(%s)", (task,)).fetchone()[0] is True
+        w.execute("COMMIT")
+        assert w.execute("SELECT status::text, priority FROM queue.history WHERE id = %s",
+                         (task,)).fetchall() == [("done", 5)]
+
+
+def test_a_stale_xmax_that_numbers_a_multixact_of_the_transaction_is_not_taken_for_its_lock():
+    """Transaction ids and multixacts are numbered apart. A task left with a stale xmax (its
+    take_locked worker rolled back) whose number is also a multixact this transaction made (a
+    rolled-back savepoint on a task it holds) must not be ended as if this transaction held it.
+    Its own cluster: the multixact counter must be driven up to that transaction id."""
+    cluster = devdb.Cluster(durable=False).start()
+    try:
+        url = cluster.createdb("lk_stale")
+        migrate.upgrade(url)
+        with psycopg.connect(url, autocommit=True) as a:
+            a.execute("CREATE TABLE burn (i int PRIMARY KEY); INSERT INTO burn VALUES (1)")
+            stale = a.execute("SELECT queue.enqueue('{\"task\": \"stale\"}', 'lk.stale')").fetchone()[0]
+            with psycopg.connect(url) as loser:  # takes the task and rolls back: xmax stays its id
+                xid = int(loser.execute("SELECT pg_current_xact_id()::text").fetchone()[0])
+                assert loser.execute("SELECT id FROM queue.take_locked('lk.stale')").fetchone()[0] == stale
+                loser.rollback()
+            held = a.execute("SELECT queue.enqueue('{\"task\": \"held\"}', 'lk.stale', priority => -1)").fetchone()[0]
+            # Share locks of two sessions on one row make a multixact each time, until the next
+            # multixact number is the stale xmax.
+            with psycopg.connect(url) as s1, psycopg.connect(url, autocommit=True) as s2:
+                s1.execute("SELECT FROM burn WHERE i = 1 FOR SHARE")
+
+                def next_multixact() -> int:
+                    a.execute("CHECKPOINT")
+                    return int(a.execute("SELECT next_multixact_id FROM pg_control_checkpoint()").fetchone()[0])
+
+                while (gap := xid - next_multixact()) > 0:
+                    for _ in range(gap):
+                        s2.execute("SELECT FROM burn WHERE i = 1 FOR SHARE")
+                s1.rollback()
+            assert next_multixact() == xid
+            with psycopg.connect(url) as t:
+                assert t.execute("SELECT id FROM queue.take_locked('lk.stale')").fetchone()[0] == held
+                t.execute("SAVEPOINT s")
+                assert t.execute("SELECT queue.finish_locked(%s)", (held,)).fetchone()[0] is True
+                t.execute("ROLLBACK TO SAVEPOINT s")
+                assert t.execute("SELECT xmax::text::bigint FROM queue.live_tasks WHERE id = %s",
+                                 (held,)).fetchone()[0] == xid, "the multixact has the stale xmax's number"
+                assert t.execute("SELECT queue.finish_locked(%s)", (stale,)).fetchone()[0] is False, \
+                    "a task this transaction never took is not ended"
+                assert t.execute("SELECT queue.finish_locked(%s)", (held,)).fetchone()[0] is True
+                t.commit()
+            assert a.execute("SELECT array_agg(id) FROM queue.history").fetchone()[0] == [held]
+            assert a.execute("SELECT status::text FROM queue.live_tasks WHERE id = %s", (stale,)).fetchone()[0] == "ready"
+    finally:
+        cluster.stop()

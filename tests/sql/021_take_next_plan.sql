@@ -33,7 +33,7 @@ SELECT ok(
 
 SELECT ok(
     pg_catalog.regexp_replace(p.prosrc, '\s+', ' ', 'g') LIKE
-        '%SELECT c.id, c.payload, c.attempt + 1 AS attempt, c.priority, c.key, c.run_at FROM queue.live_tasks c WHERE c.stage = take_locked.stage AND c.status IN (''ready'', ''error'') AND c.run_as IS NULL AND c.run_at <= v_now AND (v_own_xid IS NULL OR (c.xmax <> v_own_xid AND (c.xmax = ''0''::xid OR NOT queue._locked_here(c.xmax)))) AND (c.priority, c.run_at, c.id) >= (v_from_priority, v_from_run_at, v_from_id) ORDER BY c.priority, c.run_at, c.id LIMIT take_locked.batch FOR UPDATE SKIP LOCKED%',
+        '%SELECT c.id, c.payload, c.attempt + 1 AS attempt, c.priority, c.key, c.run_at FROM queue.live_tasks c WHERE c.stage = take_locked.stage AND c.status IN (''ready'', ''error'') AND c.run_as IS NULL AND c.run_at <= v_now AND (v_own_xid IS NULL OR (c.xmax <> v_own_xid AND (c.xmax = ''0''::xid OR pg_catalog.mxid_age(c.xmax) <= 0 OR NOT queue._locked_here(c.xmax)))) AND (c.priority, c.run_at, c.id) >= (v_from_priority, v_from_run_at, v_from_id) ORDER BY c.priority, c.run_at, c.id LIMIT take_locked.batch FOR UPDATE SKIP LOCKED%',
     'take_locked still contains the claim query copied below'
 )
   FROM pg_catalog.pg_proc p WHERE p.oid = 'queue.take_locked(text,integer)'::regprocedure;
@@ -150,7 +150,7 @@ SELECT c.id, c.payload, c.attempt + 1 AS attempt, c.priority, c.key, c.run_at
    AND c.status IN ('ready', 'error')
    AND c.run_as IS NULL
    AND c.run_at <= $2
-   AND ($7 IS NULL OR (c.xmax <> $7 AND (c.xmax = '0'::xid OR NOT queue._locked_here(c.xmax))))
+   AND ($7 IS NULL OR (c.xmax <> $7 AND (c.xmax = '0'::xid OR pg_catalog.mxid_age(c.xmax) <= 0 OR NOT queue._locked_here(c.xmax))))
    AND (c.priority, c.run_at, c.id) >= ($4, $5, $6)
  ORDER BY c.priority, c.run_at, c.id
  LIMIT $3

@@ -1,0 +1,35 @@
+-- _held_lock(id, action): for finish_locked and fail_locked, once the fast check (xmax is this
+-- transaction's id) failed: true when the task's row is still locked by this transaction's top
+-- level through a multixact (a savepoint that wrote the row was rolled back), confirmed by locking
+-- it again without waiting, which takes nothing new from a lock already held. Raises 55000 when the
+-- lock belongs to a savepoint (take_locked called inside one). False in every other case.
+CREATE OR REPLACE FUNCTION queue._held_lock(id bigint, action text)
+    RETURNS boolean
+    LANGUAGE plpgsql
+    VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_xmax xid;
+BEGIN
+    SELECT t.xmax INTO v_xmax
+      FROM queue.live_tasks t
+     WHERE t.id = _held_lock.id AND t.status IN ('ready', 'error');
+    IF NOT FOUND OR v_xmax = '0'::xid
+       OR v_xmax = pg_catalog.xid(pg_catalog.pg_current_xact_id_if_assigned()) THEN
+        RETURN false;  -- gone, unlocked, or locked here and already ended here
+    END IF;
+    IF queue._locked_here(v_xmax) THEN
+        BEGIN
+            PERFORM FROM queue.live_tasks t WHERE t.id = _held_lock.id FOR UPDATE NOWAIT;
+            RETURN true;
+        EXCEPTION WHEN lock_not_available THEN
+            RETURN false;
+        END;
+    END IF;
+    PERFORM queue._raise_savepoint_lock(_held_lock.id, _held_lock.action);
+    RETURN false;
+END
+$$;
+COMMENT ON FUNCTION queue._held_lock(bigint, text) IS 'Internal: for finish_locked and fail_locked after their fast check failed: true when the task''s row lock is still this transaction''s through a multixact (left by a rolled-back savepoint that wrote the row); 55000 when a savepoint holds it; false otherwise.';
+REVOKE ALL ON FUNCTION queue._held_lock(bigint, text) FROM PUBLIC;

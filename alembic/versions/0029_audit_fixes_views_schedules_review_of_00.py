@@ -1,4 +1,4 @@
-"""audit fixes (views, schedules, review of 0028): queue.metrics reads history's last minute in one scan for all stages (no JIT with many partitions), queue.stage_config, set_priority keeps updated, cancel of a waiting task records no start; zone names read as zones in _cron_next, _next_slot in UTC, retry breaks same-instant ties cancelled > fatal > done and deletes only the row it revives, cron errors quote fields as written; the take_locked fence confirms a multixact match without taking a new lock, accepts the key-share lock a written version carries, and later takes ask only for an xmax that can be a multixact
+"""audit fixes (views, schedules, review of 0028, error texts): queue.metrics reads history's last minute in one scan for all stages (no JIT with many partitions), queue.stage_config, set_priority keeps updated, cancel of a waiting task records no start; zone names read as zones in _cron_next, _next_slot in UTC, retry breaks same-instant ties cancelled > fatal > done and deletes only the row it revives, cron errors quote fields as written; the take_locked fence confirms a multixact match without taking a new lock, accepts the key-share lock a written version carries, and later takes ask only for an xmax that can be a multixact; every RAISE has a DETAIL and a HINT
 
 Revision ID: 0029
 Revises: 0028
@@ -15,6 +15,8 @@ depends_on = None
 
 HERE = Path(__file__).parent / '0029_audit_fixes_views_schedules_review_of_00'
 UPGRADE = [
+    'functions/_check_payload.sql',
+    'functions/_check_stage.sql',
     'functions/_cron_next.sql',
     'functions/_cron_parse.sql',
     'functions/_held_lock.sql',
@@ -22,18 +24,36 @@ UPGRADE = [
     'functions/_next_slot.sql',
     'functions/_raise_not_live.sql',
     'functions/cancel.sql',
+    'functions/enqueue.sql',
+    'functions/enqueue_batch.sql',
+    'functions/enqueue_sql.sql',
+    'functions/fire_schedules.sql',
+    'functions/maintain.sql',
     'functions/retry.sql',
+    'functions/rotate_partitions.sql',
+    'functions/schedule.sql',
     'functions/set_priority.sql',
+    'functions/stop_sql_executor.sql',
     'functions/take_locked.sql',
+    'functions/unschedule.sql',
     'views/metrics.sql',
     'views/stage_config.sql',
 ]
 DOWNGRADE = [
     'drop/views/stage_config.sql',
     'views/metrics.sql',
+    'functions/unschedule.sql',
     'functions/take_locked.sql',
+    'functions/stop_sql_executor.sql',
     'functions/set_priority.sql',
+    'functions/schedule.sql',
+    'functions/rotate_partitions.sql',
     'functions/retry.sql',
+    'functions/maintain.sql',
+    'functions/fire_schedules.sql',
+    'functions/enqueue_sql.sql',
+    'functions/enqueue_batch.sql',
+    'functions/enqueue.sql',
     'functions/cancel.sql',
     'functions/_raise_not_live.sql',
     'functions/_next_slot.sql',
@@ -41,6 +61,8 @@ DOWNGRADE = [
     'functions/_held_lock.sql',
     'functions/_cron_parse.sql',
     'functions/_cron_next.sql',
+    'functions/_check_stage.sql',
+    'functions/_check_payload.sql',
 ]
 
 

@@ -8,7 +8,8 @@ AS $$
 BEGIN
     IF payload IS NULL THEN
         RAISE EXCEPTION 'payload must not be NULL'
-            USING ERRCODE = '22004', HINT = 'Pass ''{}'' for a task without data.';
+            USING ERRCODE = '22004', DETAIL = 'The payload is NULL.',
+                  HINT = 'Pass ''{}'' for a task without data.';
     END IF;
     IF pg_catalog.jsonb_typeof(payload) NOT IN ('object', 'array') THEN
         RAISE EXCEPTION 'payload must be a JSON object or array'

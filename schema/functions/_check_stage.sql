@@ -8,7 +8,8 @@ AS $$
 BEGIN
     IF stage IS NULL THEN
         RAISE EXCEPTION '% must not be NULL', argument
-            USING ERRCODE = '22004', HINT = 'Pass a stage name such as ''default''.';
+            USING ERRCODE = '22004', DETAIL = pg_catalog.format('%s is NULL.', argument),
+                  HINT = 'Pass a stage name such as ''default''.';
     END IF;
     IF stage = '' OR stage = '*' OR pg_catalog.octet_length(stage) > 54 THEN
         RAISE EXCEPTION 'invalid % name', argument

@@ -44,7 +44,11 @@ DECLARE
 BEGIN
     IF _cron_next.after IS NULL OR _cron_next.timezone IS NULL THEN
         RAISE EXCEPTION '% must not be NULL', CASE WHEN _cron_next.after IS NULL THEN 'after' ELSE 'timezone' END
-            USING ERRCODE = '22004', HINT = 'Give a time to search from and a time zone such as ''UTC''.';
+            USING ERRCODE = '22004',
+                  DETAIL = CASE WHEN _cron_next.after IS NULL AND _cron_next.timezone IS NULL THEN 'after and timezone are NULL.'
+                                WHEN _cron_next.after IS NULL THEN 'after is NULL.'
+                                ELSE 'timezone is NULL.' END,
+                  HINT = 'Give a time to search from and a time zone such as ''UTC''.';
     END IF;
     IF NOT pg_catalog.isfinite(_cron_next.after) THEN
         RAISE EXCEPTION 'after must be finite'

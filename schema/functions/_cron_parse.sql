@@ -34,7 +34,7 @@ DECLARE
 BEGIN
     IF _cron_parse.expr IS NULL THEN
         RAISE EXCEPTION 'cron expression must not be NULL'
-            USING ERRCODE = '22004',
+            USING ERRCODE = '22004', DETAIL = 'The cron expression is NULL.',
                   HINT = 'Give five fields (minute hour day-of-month month day-of-week), e.g. ''*/5 * * * *''.';
     END IF;
     -- Not lower-cased: the errors quote the fields as written; names are compared in lower case.

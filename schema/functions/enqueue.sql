@@ -55,12 +55,17 @@ BEGIN
     END IF;
     IF enqueue.priority IS NULL THEN
         RAISE EXCEPTION 'priority must not be NULL'
-            USING ERRCODE = '22004', HINT = 'Lower runs first; the default is 0.';
+            USING ERRCODE = '22004', DETAIL = 'enqueue was called with priority NULL.',
+                  HINT = 'Lower runs first; the default is 0.';
     END IF;
     IF enqueue.mode IS NULL OR enqueue.mode NOT IN ('ignore', 'rerun') THEN
         RAISE EXCEPTION 'unknown enqueue mode'
             USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('mode is %s.', coalesce(pg_catalog.quote_literal(enqueue.mode), 'NULL')),
+                  DETAIL = pg_catalog.format('mode is %s.',
+                                             CASE WHEN enqueue.mode IS NULL THEN 'NULL'
+                                                  WHEN pg_catalog.length(enqueue.mode) <= 80 THEN pg_catalog.quote_literal(enqueue.mode)
+                                                  ELSE pg_catalog.format('%s... (%s characters)', pg_catalog.quote_literal(pg_catalog.left(enqueue.mode, 80)),
+                                                                         pg_catalog.length(enqueue.mode)) END),
                   HINT = 'Use ''ignore'' (keep the existing task) or ''rerun'' (run it again with the new payload).';
     END IF;
     IF enqueue.key = '' OR pg_catalog.length(enqueue.key) > 1000 THEN
@@ -81,7 +86,7 @@ BEGIN
     END IF;
     IF enqueue.drift IS NULL THEN
         RAISE EXCEPTION 'drift must not be NULL'
-            USING ERRCODE = '22004',
+            USING ERRCODE = '22004', DETAIL = 'enqueue was called with drift NULL.',
                   HINT = 'true (default): plan the next run from the planned time; false: from the end of the run.';
     END IF;
     IF enqueue.group_key = '' OR pg_catalog.length(enqueue.group_key) > 200 THEN

@@ -25,7 +25,8 @@ BEGIN
     PERFORM queue._check_stage(enqueue_batch.stage);
     IF enqueue_batch.priority IS NULL THEN
         RAISE EXCEPTION 'priority must not be NULL'
-            USING ERRCODE = '22004', HINT = 'Lower runs first; the default is 0.';
+            USING ERRCODE = '22004', DETAIL = 'enqueue_batch was called with priority NULL.',
+                  HINT = 'Lower runs first; the default is 0.';
     END IF;
     IF enqueue_batch.payloads IS NULL OR pg_catalog.cardinality(enqueue_batch.payloads) > 100000 THEN
         RAISE EXCEPTION 'payloads must be an array of at most 100000 payloads'

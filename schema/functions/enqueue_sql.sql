@@ -46,7 +46,10 @@ BEGIN
     IF enqueue_sql.request IS NULL OR pg_catalog.btrim(enqueue_sql.request, E' \t\r\n;') = '' THEN
         RAISE EXCEPTION 'request must be an SQL statement'
             USING ERRCODE = CASE WHEN enqueue_sql.request IS NULL THEN '22004' ELSE '22023' END,
-                  DETAIL = pg_catalog.format('request is %s.', coalesce(pg_catalog.quote_literal(enqueue_sql.request), 'NULL')),
+                  DETAIL = pg_catalog.format('request is %s.',
+                                             CASE WHEN enqueue_sql.request IS NULL THEN 'NULL'
+                                                  WHEN pg_catalog.length(enqueue_sql.request) <= 80 THEN pg_catalog.quote_literal(enqueue_sql.request)
+                                                  ELSE pg_catalog.format('%s blanks and semicolons', pg_catalog.length(enqueue_sql.request)) END),
                   HINT = 'Pass one statement, e.g. ''SELECT now()''.';
     END IF;
     IF pg_catalog.octet_length(enqueue_sql.request) > 1048576 THEN
@@ -69,7 +72,8 @@ BEGIN
     END IF;
     IF enqueue_sql.keep_history IS NULL THEN
         RAISE EXCEPTION 'keep_history must not be NULL'
-            USING ERRCODE = '22004', HINT = 'true keeps a history row of each successful run, false keeps none.';
+            USING ERRCODE = '22004', DETAIL = 'enqueue_sql was called with keep_history NULL.',
+                  HINT = 'true keeps a history row of each successful run, false keeps none.';
     END IF;
     v_payload := pg_catalog.jsonb_build_object('sql', enqueue_sql.request,
                                                'timeout', enqueue_sql.timeout::text,

@@ -30,7 +30,8 @@ DECLARE
 BEGIN
     IF fire_schedules.now IS NULL THEN
         RAISE EXCEPTION 'now must not be NULL'
-            USING ERRCODE = '22004', HINT = 'Leave it out to use now().';
+            USING ERRCODE = '22004', DETAIL = 'fire_schedules was called with now NULL.',
+                  HINT = 'Leave it out to use now().';
     END IF;
     IF NOT pg_catalog.isfinite(fire_schedules.now) THEN
         RAISE EXCEPTION 'now must be finite'

@@ -45,7 +45,8 @@ DECLARE
 BEGIN
     IF maintain.now IS NULL THEN
         RAISE EXCEPTION 'now must not be NULL'
-            USING ERRCODE = '22004', HINT = 'Leave now out to maintain as of now().';
+            USING ERRCODE = '22004', DETAIL = 'maintain was called with now NULL.',
+                  HINT = 'Leave now out to maintain as of now().';
     END IF;
 
     v_reaped := queue.reap_hung();

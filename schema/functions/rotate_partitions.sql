@@ -76,7 +76,8 @@ DECLARE
 BEGIN
     IF rotate_partitions.now IS NULL THEN
         RAISE EXCEPTION 'now must not be NULL'
-            USING ERRCODE = '22004', HINT = 'Leave now out to rotate as of now().';
+            USING ERRCODE = '22004', DETAIL = 'rotate_partitions was called with now NULL.',
+                  HINT = 'Leave now out to rotate as of now().';
     END IF;
 
     IF NOT pg_catalog.pg_try_advisory_xact_lock(v_key) THEN

@@ -29,7 +29,8 @@ DECLARE
 BEGIN
     IF schedule.name IS NULL THEN
         RAISE EXCEPTION 'name must not be NULL'
-            USING ERRCODE = '22004', HINT = 'Name the schedule, e.g. ''nightly-report''.';
+            USING ERRCODE = '22004', DETAIL = 'schedule was called with name NULL.',
+                  HINT = 'Name the schedule, e.g. ''nightly-report''.';
     END IF;
     IF schedule.name = '' OR pg_catalog.length(schedule.name) > 200 THEN
         RAISE EXCEPTION 'invalid schedule name'
@@ -47,7 +48,9 @@ BEGIN
     PERFORM queue._check_payload(schedule.payload);
     IF schedule.priority IS NULL THEN
         RAISE EXCEPTION 'priority must not be NULL'
-            USING ERRCODE = '22004', HINT = 'Lower runs first; the default is 0.';
+            USING ERRCODE = '22004',
+                  DETAIL = pg_catalog.format('schedule was called with priority NULL for schedule %s.', pg_catalog.quote_literal(schedule.name)),
+                  HINT = 'Lower runs first; the default is 0.';
     END IF;
     IF schedule.timezone = '' THEN
         RAISE EXCEPTION 'unknown time zone'
@@ -62,7 +65,10 @@ BEGIN
             WHERE pg_catalog.lower(z.name) = pg_catalog.lower(schedule.timezone)) THEN
         RAISE EXCEPTION 'unknown time zone'
             USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('timezone is %s, which is not the name of a time zone.', pg_catalog.quote_literal(schedule.timezone)),
+                  DETAIL = pg_catalog.format('timezone is %s, which is not the name of a time zone.',
+                                             CASE WHEN pg_catalog.length(schedule.timezone) <= 80 THEN pg_catalog.quote_literal(schedule.timezone)
+                                                  ELSE pg_catalog.format('%s... (%s characters)', pg_catalog.quote_literal(pg_catalog.left(schedule.timezone, 80)),
+                                                                         pg_catalog.length(schedule.timezone)) END),
                   HINT = 'Use a name from pg_timezone_names, such as ''UTC'' or ''Europe/Berlin''; for a fixed offset, ''Etc/GMT-2'' is UTC+2 (POSIX signs are reversed).';
     END IF;
 

@@ -21,11 +21,14 @@ DECLARE
 BEGIN
     IF stop_sql_executor.pid IS NULL THEN
         RAISE EXCEPTION 'pid must not be NULL'
-            USING ERRCODE = '22004', HINT = 'Pass the executor''s backend pid (pg_backend_pid() in its session).';
+            USING ERRCODE = '22004', DETAIL = 'stop_sql_executor was called with pid NULL.',
+                  HINT = 'Pass the executor''s backend pid (pg_backend_pid() in its session).';
     END IF;
     IF stop_sql_executor.pid = pg_catalog.pg_backend_pid() THEN
         RAISE EXCEPTION 'an executor cannot stop itself this way'
-            USING ERRCODE = '22023', HINT = 'Call it from another session of the same role.';
+            USING ERRCODE = '22023',
+                  DETAIL = pg_catalog.format('pid %s is this session''s own backend.', stop_sql_executor.pid),
+                  HINT = 'Call it from another session of the same role.';
     END IF;
     PERFORM pg_catalog.pg_advisory_lock(1936419948, stop_sql_executor.pid);
     IF NOT pg_catalog.pg_cancel_backend(stop_sql_executor.pid) THEN

@@ -12,7 +12,8 @@ AS $$
 BEGIN
     IF unschedule.name IS NULL THEN
         RAISE EXCEPTION 'name must not be NULL'
-            USING ERRCODE = '22004', HINT = 'Give the name the schedule was created with.';
+            USING ERRCODE = '22004', DETAIL = 'unschedule was called with name NULL.',
+                  HINT = 'Give the name the schedule was created with.';
     END IF;
     DELETE FROM queue.schedules s WHERE s.name = unschedule.name;
     RETURN FOUND;

@@ -16,7 +16,8 @@ DECLARE
 BEGIN
     IF cancel.id IS NULL THEN
         RAISE EXCEPTION 'id must not be NULL'
-            USING ERRCODE = '22004', HINT = 'Pass the id of a task, e.g. from queue.tasks.';
+            USING ERRCODE = '22004', DETAIL = 'cancel was called with id NULL.',
+                  HINT = 'Pass the id of a task, e.g. from queue.tasks.';
     END IF;
     DELETE FROM queue.live_tasks t WHERE t.id = cancel.id RETURNING t.* INTO v_task;
     IF NOT FOUND THEN

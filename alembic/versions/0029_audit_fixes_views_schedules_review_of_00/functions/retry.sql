@@ -20,7 +20,8 @@ DECLARE
 BEGIN
     IF retry.id IS NULL THEN
         RAISE EXCEPTION 'id must not be NULL'
-            USING ERRCODE = '22004', HINT = 'Pass the id of a task, e.g. from queue.tasks.';
+            USING ERRCODE = '22004', DETAIL = 'retry was called with id NULL.',
+                  HINT = 'Pass the id of a task, e.g. from queue.tasks.';
     END IF;
     SELECT t.status INTO v_status FROM queue.live_tasks t WHERE t.id = retry.id FOR UPDATE;
     IF FOUND THEN

@@ -12,11 +12,16 @@ AS $$
 BEGIN
     IF set_priority.id IS NULL THEN
         RAISE EXCEPTION 'id must not be NULL'
-            USING ERRCODE = '22004', HINT = 'Pass the id of a task, e.g. from queue.tasks.';
+            USING ERRCODE = '22004',
+                  DETAIL = pg_catalog.format('set_priority was called with id NULL and priority %s.',
+                                             coalesce(set_priority.priority::text, 'NULL')),
+                  HINT = 'Pass the id of a task, e.g. from queue.tasks.';
     END IF;
     IF set_priority.priority IS NULL THEN
         RAISE EXCEPTION 'priority must not be NULL'
-            USING ERRCODE = '22004', HINT = 'Lower runs first; the default is 0.';
+            USING ERRCODE = '22004',
+                  DETAIL = pg_catalog.format('set_priority was called with id %s and priority NULL.', set_priority.id),
+                  HINT = 'Lower runs first; the default is 0.';
     END IF;
     -- finish_locked and fail_locked read a version this transaction wrote, stamped after it
     -- began, as a task it already ended. The version written here is this transaction's, so it

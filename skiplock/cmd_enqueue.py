@@ -18,6 +18,8 @@ from psycopg.types.json import Jsonb
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, BarColumn, MofNCompleteColumn
 
+from skiplock.errors import describe_error
+
 
 class BadPayload(Exception):
     pass
@@ -86,7 +88,6 @@ def run(url: str, args: argparse.Namespace) -> int:
             err.print(f"skiplock enqueue: {e}; {done} tasks were enqueued before it")
             return 2
         except psycopg.Error as e:
-            from skiplock.cli import describe_error
             before = f"; {done} tasks were enqueued before this batch" if done else ""
             err.print(f"skiplock enqueue: {describe_error(e)}{before}", markup=False)
             return 1

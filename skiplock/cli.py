@@ -29,8 +29,7 @@ def database_url(args: argparse.Namespace) -> str:
 
 def run_devdb(args: argparse.Namespace) -> int:
     if args.action == "start":
-        c = devdb.devdb_start(durable=not args.fast)
-        print(c.url())
+        print(devdb.devdb_start(durable=not args.fast).url())
     elif args.action == "stop":
         print("stopped" if devdb.devdb_stop() else "no dev cluster running")
     else:

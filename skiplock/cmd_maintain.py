@@ -45,7 +45,7 @@ def run(url: str, args: argparse.Namespace) -> int:
                 if conn is None or conn.closed:
                     conn = psycopg.connect(url, autocommit=True)
                 cur = conn.execute("SELECT * FROM queue.maintain()")
-                names = [d.name for d in cur.description]
+                names = [d.name for d in cur.description or ()]
                 rows = cur.fetchall()
                 stamp = time.strftime("%H:%M:%S")
                 if not rows:

@@ -37,6 +37,7 @@ import psycopg
 import psycopg.errors
 
 from skiplock import slots
+from skiplock.db import one
 from skiplock.errors import describe_error, primary_message
 
 RECANCEL = 0.5   # seconds before a call still running after a stop cancel is cancelled again (the first was absorbed)
@@ -98,7 +99,7 @@ class Executor(slots.Slot[Shared]):
             sh.running += 1
         try:
             # prepare=False: a request may DEALLOCATE ALL on this session.
-            ran = self.db.execute(CALL, (a.stage, a.max_tasks_per_call, self.worker_name), prepare=False).fetchone()[0]
+            ran = one(self.db.execute(CALL, (a.stage, a.max_tasks_per_call, self.worker_name), prepare=False))[0]
         finally:
             with sh.lock:
                 del sh.in_call[self.index]
@@ -203,7 +204,7 @@ class Watchdog(threading.Thread):
                 try:
                     now = time.monotonic()
                     if now >= next_check:
-                        n = self.conn.execute("SELECT queue.cancel_overdue_sql_tasks()").fetchone()[0]
+                        n = one(self.conn.execute("SELECT queue.cancel_overdue_sql_tasks()"))[0]
                         next_check = now + a.watchdog_interval
                         if n:
                             self.cancelled_overdue += n
@@ -255,10 +256,10 @@ def run(url: str, args: argparse.Namespace) -> int:
         with psycopg.connect(url, autocommit=True) as conn:
             # Membership first, on its own: looking the functions up needs USAGE on schema queue,
             # which only skiplock's roles have, so a login outside them would get "permission denied".
-            role, current, installed, member = conn.execute(
+            role, current, installed, member = one(conn.execute(
                 "SELECT session_user::text, current_user::text, r.oid IS NOT NULL, "
                 "       pg_has_role(session_user, r.oid, 'MEMBER') "
-                "  FROM (SELECT) AS one LEFT JOIN pg_catalog.pg_roles r ON r.rolname = 'skiplock_sql'").fetchone()
+                "  FROM (SELECT) AS one LEFT JOIN pg_catalog.pg_roles r ON r.rolname = 'skiplock_sql'"))
             if current != role:
                 print(f"skiplock run-sql: the session is {role} acting as {current} (SET ROLE): connect as the role whose "
                       f"SQL tasks to run, e.g. with {current}'s own login (run_sql_tasks refuses SET ROLE)", file=sys.stderr)
@@ -269,10 +270,10 @@ def run(url: str, args: argparse.Namespace) -> int:
                 return 1
             if member:
                 try:
-                    member = conn.execute(
+                    member = one(conn.execute(
                         "SELECT has_function_privilege('queue.run_sql_tasks(text,integer,text,integer)'::regprocedure, 'EXECUTE') "
                         "   AND has_function_privilege('queue.cancel_overdue_sql_tasks()'::regprocedure, 'EXECUTE')"
-                    ).fetchone()[0]
+                    ))[0]
                 except psycopg.errors.InsufficientPrivilege:
                     member = False
     except psycopg.Error as e:
@@ -323,7 +324,8 @@ def run(url: str, args: argparse.Namespace) -> int:
         finally:
             watchdog.done.set()
             watchdog.join(timeout=5.0)
-    errors = [x.error for x in (*executors, watchdog) if x.error is not None]
+    threads: list[Executor | Watchdog] = [*executors, watchdog]
+    errors = [x.error for x in threads if x.error is not None]
     c = sh.counts
     sh.log(f"stopped: {c['ran']} task(s) of role {role} run, {c['released']} handed back at stop, in {c['calls']} call(s) "
            f"by {args.concurrency} executor(s); {watchdog.cancelled_overdue} cancelled past their timeout; "

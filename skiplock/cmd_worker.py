@@ -27,11 +27,12 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import psycopg
 
 from skiplock import slots
+from skiplock.db import one
 from skiplock.errors import describe_error
 from skiplock.worker import storable
 
@@ -217,7 +218,8 @@ class Slot(slots.Slot[Shared]):
                 sh.running -= 1
 
     @staticmethod
-    def _feed(proc: subprocess.Popen, payload: str) -> None:
+    def _feed(proc: subprocess.Popen[bytes], payload: str) -> None:
+        assert proc.stdin is not None  # Popen(stdin=PIPE)
         try:
             proc.stdin.write(payload.encode())
             proc.stdin.close()
@@ -225,7 +227,8 @@ class Slot(slots.Slot[Shared]):
             pass
 
     @staticmethod
-    def _read_stderr(proc: subprocess.Popen, tail: collections.deque[str]) -> None:
+    def _read_stderr(proc: subprocess.Popen[bytes], tail: collections.deque[str]) -> None:
+        assert proc.stderr is not None  # Popen(stderr=PIPE)
         for line in proc.stderr:
             tail.append(line.decode(errors="replace"))
             sys.stderr.buffer.write(line)
@@ -275,6 +278,7 @@ class Slot(slots.Slot[Shared]):
         """finish or fail the attempt; a connection lost on the way is retried once on a new one,
         and a fail whose error text the server refuses once with a plain text instead."""
         sh, a = self.shared, self.shared.args
+        params: tuple[Any, ...]
         if how == "finish":
             sql, params = "SELECT queue.finish(%s, %s)", (task.id, task.lease)
         elif how == "shutdown":
@@ -290,7 +294,7 @@ class Slot(slots.Slot[Shared]):
         try:
             for attempt in (1, 2):
                 try:
-                    ok = self.db.execute(sql, params).fetchone()[0]
+                    ok = one(self.db.execute(sql, params))[0]
                     break
                 except psycopg.OperationalError:
                     if attempt == 2:
@@ -302,7 +306,7 @@ class Slot(slots.Slot[Shared]):
                     if how not in ("fail", "fatal") or attempt == 2:
                         raise
                     why = f"SQLSTATE {e.sqlstate}" if e.sqlstate else type(e).__name__
-                    error = f"{error.partition(';')[0]} (stderr not storable: {why})"
+                    error = f"{(error or '').partition(';')[0]} (stderr not storable: {why})"
                     params = (task.id, task.lease, error, how == "fatal", None)
         except psycopg.OperationalError as e:
             what = {"finish": "finished", "shutdown": "released", "snooze": "handed back",
@@ -417,8 +421,9 @@ def run(url: str, args: argparse.Namespace) -> int:
     if not args.quiet or errors or gave_up:
         sh.log(f"stopped: {c['done']} done, {c['failed']} failed, {c['fatal']} fatal, {c['snoozed']} snoozed, "
                f"{c['released (shutdown)']} interrupted, {c['lost']} lease lost")
-    for e in errors[:1]:
-        message = e.diag.message_primary if isinstance(e, psycopg.Error) and e.diag.message_primary else str(e)
+    for error in errors[:1]:
+        message = (error.diag.message_primary if isinstance(error, psycopg.Error) and error.diag.message_primary
+                   else str(error))
         sh.log(f"error: {message}")
     if gave_up:
         sh.log(f"error: {gave_up} slot(s) could not reach the database within {RELEASE_WAIT:g} s of the kill: "

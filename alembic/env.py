@@ -20,18 +20,12 @@ import time
 
 import psycopg
 from alembic import context
-from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool, text
 
-from skiplock.migrate import (
-    MIGRATION_LOCK_KEY,
-    backoff,
-    is_lock_timeout,
-    is_retryable,
-    libpq_url,
-    lock_queue_tables,
-    lock_settings,
-)
+from alembic.script import ScriptDirectory
+
+from skiplock.migrate import (MIGRATION_LOCK_KEY, backoff, is_lock_timeout, is_retryable, libpq_url,
+                              lock_queue_tables, lock_settings)
 
 config = context.config
 log = logging.getLogger("alembic.env")

@@ -13,6 +13,8 @@ a command is never left running because the server is down (its task then stays 
 lease expires, and the worker exits 1). On Linux a command also gets SIGKILL when its worker dies
 (prctl PR_SET_PDEATHSIG), so a worker killed with -9 leaves no command behind (its task waits for
 its lease to expire; processes the command started itself are not covered).
+The slot's connection, LISTEN, reconnect and idle and the two-step stop are skiplock/slots.py's,
+shared with `skiplock run-sql`.
 """
 
 from __future__ import annotations

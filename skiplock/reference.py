@@ -297,7 +297,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+               parents: list[argparse.ArgumentParser]) -> None:
+    """Register `skiplock docs` on the CLI's subparsers; parents carry the shared --db."""
     p = sub.add_parser("docs", parents=parents, help="write docs/reference.md from the database's own catalog",
                        description="Generate the function, view and table reference from the catalog "
                                    "(signatures, grants, COMMENT ON texts). Without --db it starts a "

@@ -138,6 +138,6 @@ BEGIN
     RETURN false;
 END
 $$;
-COMMENT ON FUNCTION queue.finish(bigint, uuid, text) IS 'Ends a running attempt successfully if lease is current: the task is done (moved to queue.history) or, with next_stage, recorded done and queued ready in that stage; a periodic task is recorded done and re-armed for its next run (next_stage raises 22023 for it; 42501 when next_stage is restricted to other roles). Returns false, changing nothing, for a lease that is not current. Locks the task''s row.';
+COMMENT ON FUNCTION queue.finish(bigint, uuid, text) IS 'Ends a running attempt successfully if lease is current: done (to queue.history) or, with next_stage, queued ready in that stage; a periodic task is recorded and re-armed. False, changing nothing, for a lease that is not current.';
 REVOKE ALL ON FUNCTION queue.finish(bigint, uuid, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.finish(bigint, uuid, text) TO skiplock_worker, skiplock_admin;

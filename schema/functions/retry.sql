@@ -87,6 +87,6 @@ BEGIN
     PERFORM queue._wake_waiters(v_last.stage);
 END
 $$;
-COMMENT ON FUNCTION queue.retry(bigint) IS 'Queues a failed task (error, fatal or cancelled) again now from attempt 0 (a cancelled periodic task as a one-off run). Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a running or done task, SK002 when a live task took its key. NOTIFY skiplock.<stage> while a worker waits.';
+COMMENT ON FUNCTION queue.retry(bigint) IS 'Queues a failed task (error, fatal or cancelled) again now from attempt 0 (a cancelled periodic task as a one-off run). Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a running or done task, SK002 when a live task took its key.';
 REVOKE ALL ON FUNCTION queue.retry(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.retry(bigint) TO skiplock_admin;

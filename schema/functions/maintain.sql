@@ -90,14 +90,8 @@ BEGIN
         detail := 'due, but this call rotated history partitions; compacting at the next call';
     ELSIF v_due THEN
         IF pg_catalog.pg_try_advisory_xact_lock(v_compact_key) THEN
-            -- Autovacuum visits a bloated hot table for seconds at a time, back to back, and can
-            -- hold it for minutes retrying to truncate it: compact() would time out behind it.
-            -- So take vacuum's own lock first, which keeps the next vacuum from starting, and
-            -- wait for it a second longer than deadlock_timeout: after deadlock_timeout
-            -- PostgreSQL cancels an autovacuum that blocks a lock request (not a manual VACUUM,
-            -- nor one against wraparound). Takes and finishes do not queue behind this request:
-            -- their ROW EXCLUSIVE lock does not conflict with it. compact() then waits only for
-            -- the workers' short transactions.
+            -- Vacuum's own lock first, waited for past deadlock_timeout, when PostgreSQL cancels a
+            -- blocking autovacuum; takes and finishes (ROW EXCLUSIVE) do not queue behind it.
             v_lock_timeout := pg_catalog.current_setting('lock_timeout');
             BEGIN
                 PERFORM pg_catalog.set_config('lock_timeout',

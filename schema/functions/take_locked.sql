@@ -47,7 +47,7 @@ BEGIN
                   HINT = 'Take 1 to 10000 tasks per call.';
     END IF;
     -- The stage's own settings, else the defaults ('*'): two primary-key probes cost less than
-    -- one statement that sorts both rows (7 µs of a 76 µs call: docs/performance.md).
+    -- one statement that sorts both rows.
     SELECT s.restricted, s.max_running, s.group_limit, s.paused
       INTO v_restricted, v_max_running, v_group_limit, v_paused
       FROM queue.stage_settings s
@@ -74,7 +74,7 @@ BEGIN
     -- Where to start: as take_next, where this session's last claim in the stage ended, so that
     -- a claim does not walk the index entries of the tasks finished since, which stay until
     -- vacuum removes them (and all of them while an old snapshot holds it back). The same logic
-    -- as take_next's, inline: in a helper function its call cost 2.5 % of a take and finish.
+    -- as take_next's, inline: a helper function's call costs more than the copy.
     -- Split, not regexp_match; the pattern and the lengths only guard the casts (see take_next).
     v_setting := pg_catalog.current_setting('skiplock.claim_hint', true);
     IF v_setting ~ '^-?[0-9]+/-?[0-9]+/[0-9]+/-?[0-9]+/' THEN

@@ -160,7 +160,7 @@ BEGIN
                 v_name := 'history_default_' || pg_catalog.to_char(pg_catalog.clock_timestamp() AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISSUS');
                 EXECUTE pg_catalog.format('CREATE TABLE queue.%I AS TABLE queue.history_default', v_name);
                 EXECUTE pg_catalog.format('COMMENT ON TABLE queue.%I IS %L', v_name,
-                            pg_catalog.format('Finished tasks of %s to %s UTC, copied out of queue.history_default by queue.rotate_partitions() (retention_action detach) before it emptied the default partition: no longer read by skiplock. Archive it, then drop it.',
+                            pg_catalog.format('Finished tasks of %s to %s UTC, copied out of queue.history_default by queue.rotate_partitions() (retention_action detach): no longer read by skiplock. Archive it, then drop it.',
                                 pg_catalog.to_char(v_oldest AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'),
                                 pg_catalog.to_char(v_newest AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')));
                 TRUNCATE queue.history_default;

@@ -7,8 +7,8 @@
 -- running tasks + k <= group_limit. Tasks without a group_key count only against max_running. A
 -- candidate another transaction holds is skipped (SKIP LOCKED) and its group sits out the rest of
 -- the take, so that its next task does not overtake it. The next pass starts after this pass's
--- last candidate; a take reads at most batch + 1,000 candidates.
--- Locks the claimed rows; writes queue.live_tasks. Raises nothing.
+-- last candidate; a take reads at most batch + 1,000 candidates. A group whose running task ends
+-- during the take waits for the next take. Locks the claimed rows; writes queue.live_tasks.
 CREATE OR REPLACE FUNCTION queue._take_grouped(
         stage       text,
         batch       integer,

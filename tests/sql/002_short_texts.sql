@@ -6,7 +6,7 @@ BEGIN;
 SELECT plan(4);
 
 SELECT is_empty(
-    $$SELECT o.what, pg_catalog.length(d.description) AS chars
+    $$SELECT o.what || coalesce('.' || a.attname, '') AS what, pg_catalog.length(d.description) AS chars
         FROM pg_catalog.pg_description d
         JOIN (SELECT 'pg_catalog.pg_proc'::regclass AS cls, p.oid, p.oid::regprocedure::text AS what
                 FROM pg_catalog.pg_proc p
@@ -20,6 +20,8 @@ SELECT is_empty(
                 FROM pg_catalog.pg_type t
                WHERE t.typnamespace = 'queue'::regnamespace) o
           ON o.cls = d.classoid AND o.oid = d.objoid
+        LEFT JOIN pg_catalog.pg_attribute a
+          ON o.cls = 'pg_catalog.pg_class'::regclass AND a.attrelid = d.objoid AND a.attnum = d.objsubid
        WHERE pg_catalog.length(d.description) > 250$$,
     'every comment on a function, relation or type of queue (and on their columns) is at most 250 characters (listed: the longer ones)'
 );

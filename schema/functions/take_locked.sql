@@ -8,8 +8,9 @@
 -- transaction holds back vacuum, so for short tasks only. Returns the tasks with the attempt they
 -- run as. Leaves SQL tasks to run_sql_tasks; a paused stage hands out nothing. Finding nothing due,
 -- it marks the stage as waited on (stage_waiters), as take_next does.
--- Raises 22023 for a bad batch, 0A000 for a stage with max_running or group_limit, 42501 for a
--- restricted stage. Locks the claimed rows until the transaction ends; writes nothing else.
+-- Raises 22004/22023 for a bad stage or batch, 0A000 for a stage with max_running or group_limit,
+-- 42501 for a restricted stage. Locks the claimed rows until the transaction ends; writes only the
+-- waiting mark.
 CREATE OR REPLACE FUNCTION queue.take_locked(
         stage text    DEFAULT 'default',
         batch integer DEFAULT 1)

@@ -8,7 +8,7 @@
 -- skiplock.claim_hint): exact across priorities; within one, a task landing behind is taken within
 -- 5 s. Skips SQL tasks; a paused stage hands out nothing. Finding nothing due, it marks the stage as
 -- waited on (stage_waiters), which turns on enqueue's NOTIFY for a minute.
--- Raises 22023 for a bad batch, lease_for or worker, 42501 for a restricted stage.
+-- Raises 22004/22023 for a bad stage, batch, lease_for or worker, 42501 for a restricted stage.
 -- Locks the claimed rows (and the stage's advisory lock); writes queue.live_tasks.
 CREATE OR REPLACE FUNCTION queue.take_next(
         stage     text     DEFAULT 'default',

@@ -1,16 +1,14 @@
 -- take_locked(stage, batch): claim up to `batch` due tasks of a stage for the caller's own
--- transaction; the row lock is the claim. The worker runs each task inside that transaction and ends
--- it there with finish_locked or fail_locked. Nothing is written at the take (no status, no lease):
--- a task shows 'ready' while it runs. Order, SKIP LOCKED and the claim position are take_next's; a
--- later take in the same transaction skips the tasks it holds. A rollback, a killed worker or a
--- crash gives the task back at once, its attempt not counted (long or crash-prone work belongs to
--- take_next). Call it at the top level of BEGIN … COMMIT, not in a savepoint or autocommit; the open
--- transaction holds back vacuum, so for short tasks only. Returns the tasks with the attempt they
--- run as. Leaves SQL tasks to run_sql_tasks; a paused stage hands out nothing. Finding nothing due,
--- it marks the stage as waited on (stage_waiters), as take_next does.
+-- transaction, returning each with the attempt it runs as; the row lock is the claim. The worker
+-- runs the task inside that transaction and ends it there with finish_locked or fail_locked.
+-- Nothing is written at the take (no status, no lease): the task shows 'ready' while it runs.
+-- Order, SKIP LOCKED and the claim position are take_next's; a later take in the same transaction
+-- skips the tasks it holds. A rollback, a killed worker or a crash gives the task back at once, its
+-- attempt not counted. Call it at the top level of BEGIN … COMMIT (not in a savepoint), for short
+-- tasks: the open transaction holds back vacuum. Skips SQL tasks; a paused stage hands out nothing;
+-- finding nothing due, it marks the stage as waited on (stage_waiters), as take_next does.
 -- Raises 22004/22023 for a bad stage or batch, 0A000 for a stage with max_running or group_limit,
--- 42501 for a restricted stage. Locks the claimed rows until the transaction ends; writes only the
--- waiting mark.
+-- 42501 for a restricted stage. Locks the claimed rows until the transaction ends.
 CREATE OR REPLACE FUNCTION queue.take_locked(
         stage text    DEFAULT 'default',
         batch integer DEFAULT 1)

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from skiplock import cmd_enqueue, cmd_maintain, cmd_migrate, cmd_run_sql, cmd_stats, cmd_worker, demo, devdb
+from skiplock import cmd_enqueue, cmd_maintain, cmd_migrate, cmd_run_sql, cmd_stats, cmd_worker, demo, devdb, reference
 from skiplock.errors import describe_error, reportable
 
 
@@ -252,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", type=_positive(int), default=3000, help="tasks to enqueue (default 3000)")
     p.add_argument("--workers", type=_positive(int), default=4, help="worker processes (default 4)")
     p.set_defaults(func=run_demo)
+
+    reference.add_parser(sub, [db])
     return parser
 
 

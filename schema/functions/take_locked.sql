@@ -1,31 +1,15 @@
 -- take_locked(stage, batch): claim up to `batch` due tasks of a stage for the caller's own
--- transaction. The worker runs the task inside that transaction and ends it there with
--- finish_locked or fail_locked; the row lock is the claim. Nothing is written at the take: no
--- status change, no lease, so a take and a finish cost one commit and one new row version
--- fewer than take_next + finish. Same order as take_next (priority, run_at, id), same
--- FOR UPDATE SKIP LOCKED: concurrent callers get disjoint tasks and never wait on each other.
--- The lock ends with the transaction: a rollback, a killed worker or a crashed server gives the
--- task back at once, ready, and its attempt is not counted (a task that kills its worker is
--- retried for ever; give such work to take_next, whose leases count every attempt).
--- Call it at the top level of an explicit transaction (BEGIN … COMMIT), not in a savepoint and not
--- in autocommit: finish_locked and fail_locked only end tasks whose row lock belongs to the
--- transaction itself. While the transaction is open it holds back vacuum's horizon, like any
--- transaction: for short tasks only; long ones belong to take_next and a lease.
--- Returns the tasks with the attempt they run as (one more than recorded). A task taken this way
--- shows as 'ready' in queue.live_tasks while it runs. Stages with max_running or group_limit
--- count running tasks, which this take does not make: it raises 0A000 for them. A paused stage
--- hands out nothing; a restricted one (grant_stage) raises 42501 unless the caller may take.
--- SQL tasks (enqueue_sql) are left to run_sql_tasks, as in take_next. Several takes in one
--- transaction hand out different tasks: one the transaction already holds is skipped.
--- Claim position: as take_next, each session starts where its last claim in the stage ended
--- (setting skiplock.claim_hint, shared with take_next), so that it does not walk the index
--- entries of tasks finished since, which stay until vacuum removes them. Order
--- stays exact across priorities; within one, a task that lands behind the position is taken once
--- nothing past it is due, or within 5 s.
--- Wake-ups: finding nothing due, it marks the stage as waited on (queue.stage_waiters, as
--- take_next; a write about once per 30 s, kept when the caller's transaction commits), so that
--- enqueues send NOTIFY skiplock.<stage> to a worker that LISTENs while it waits.
--- Locks: the claimed rows, until the caller's transaction ends. Writes nothing when it claims.
+-- transaction, returning each with the attempt it runs as. The claim is the row lock plus an entry,
+-- signed with queue.fence_key, in the transaction-local setting skiplock.held. The worker
+-- runs the task inside that transaction and ends it there with finish_locked or fail_locked.
+-- Nothing is written at the take (no status, no lease): the task shows 'ready' while it runs.
+-- Order, SKIP LOCKED and the claim position are take_next's; a later take in the same transaction
+-- skips the tasks it holds. A rollback, a killed worker or a crash gives the task back at once, its
+-- attempt not counted; a rolled-back savepoint undoes its takes. Call it inside BEGIN … COMMIT,
+-- for short tasks: the open transaction holds back vacuum. Skips SQL tasks; a paused stage hands
+-- out nothing; finding nothing due, it marks the stage as waited on (stage_waiters), as take_next does.
+-- Raises 22004/22023 for a bad stage or batch, 0A000 for a stage with max_running or group_limit,
+-- 42501 for a restricted stage. Locks the claimed rows until the transaction ends.
 CREATE OR REPLACE FUNCTION queue.take_locked(
         stage text    DEFAULT 'default',
         batch integer DEFAULT 1)
@@ -50,8 +34,9 @@ DECLARE
     v_from_id       bigint;
     v_rescan_at     text;
     v_full          boolean := false;
-    -- NULL until the transaction has locked or written something, and so holds no task yet.
-    v_own_xid       xid := pg_catalog.xid(pg_catalog.pg_current_xact_id_if_assigned());
+    -- The tasks this transaction holds already (',<id>:<code>,' each), or NULL.
+    v_held          text := NULLIF(pg_catalog.current_setting('skiplock.held', true), '');
+    v_held_ids      bigint[];
 BEGIN
     IF take_locked.stage IS NULL OR take_locked.stage IN ('', '*') OR pg_catalog.octet_length(take_locked.stage) > 54 THEN
         PERFORM queue._check_stage(take_locked.stage);
@@ -63,7 +48,7 @@ BEGIN
                   HINT = 'Take 1 to 10000 tasks per call.';
     END IF;
     -- The stage's own settings, else the defaults ('*'): two primary-key probes cost less than
-    -- one statement that sorts both rows (7 µs of a 76 µs call: docs/performance.md).
+    -- one statement that sorts both rows.
     SELECT s.restricted, s.max_running, s.group_limit, s.paused
       INTO v_restricted, v_max_running, v_group_limit, v_paused
       FROM queue.stage_settings s
@@ -90,7 +75,7 @@ BEGIN
     -- Where to start: as take_next, where this session's last claim in the stage ended, so that
     -- a claim does not walk the index entries of the tasks finished since, which stay until
     -- vacuum removes them (and all of them while an old snapshot holds it back). The same logic
-    -- as take_next's, inline: in a helper function its call cost 2.5 % of a take and finish.
+    -- as take_next's, inline: a helper function's call costs more than the copy.
     -- Split, not regexp_match; the pattern and the lengths only guard the casts (see take_next).
     v_setting := pg_catalog.current_setting('skiplock.claim_hint', true);
     IF v_setting ~ '^-?[0-9]+/-?[0-9]+/[0-9]+/-?[0-9]+/' THEN
@@ -120,13 +105,13 @@ BEGIN
             v_from_priority := NULL;  -- a task of a lower priority number is due: from the beginning
         END IF;
     END IF;
-    -- SQL tasks (run_as set) are run_sql_tasks', in a session of their role: skipped here. And
-    -- SKIP LOCKED does not skip this transaction's own locks: without the xmax test a second take
-    -- in the same transaction would hand out again a task it holds.
-    -- A later take of this transaction skips the tasks it holds: xmax is its id, or a multixact
-    -- holding its lock after a rolled-back savepoint wrote the row (_locked_here, asked only for
-    -- an xmax below the next multixact number: a plain transaction id usually is not). A first
-    -- take (the transaction has no id yet) pays for neither. A false match skips a task once.
+    -- SQL tasks (run_as set) are run_sql_tasks', in a session of their role: skipped here. SKIP
+    -- LOCKED does not skip this transaction's own locks: a later take skips what skiplock.held lists
+    -- (as ids: an <> ALL filter keeps the planner's estimate, and so the index scan, of the claim).
+    IF v_held <> ',' THEN
+        v_held_ids := ARRAY(SELECT pg_catalog.split_part(e, ':', 1)::bigint
+                              FROM pg_catalog.unnest(pg_catalog.string_to_array(pg_catalog.btrim(v_held, ','), ',')) e);
+    END IF;
     <<claim>>
     LOOP
         IF v_from_priority IS NULL THEN
@@ -144,9 +129,7 @@ BEGIN
                AND c.status IN ('ready', 'error')
                AND c.run_as IS NULL
                AND c.run_at <= v_now
-               AND (v_own_xid IS NULL
-                    OR (c.xmax <> v_own_xid
-                        AND (c.xmax = '0'::xid OR pg_catalog.mxid_age(c.xmax) <= 0 OR NOT queue._locked_here(c.xmax))))
+               AND (v_held_ids IS NULL OR c.id <> ALL (v_held_ids))
                AND (c.priority, c.run_at, c.id) >= (v_from_priority, v_from_run_at, v_from_id)
              ORDER BY c.priority, c.run_at, c.id
              LIMIT take_locked.batch
@@ -161,9 +144,17 @@ BEGIN
                        false) AS hint
               FROM (SELECT c.priority, c.run_at, c.id FROM claimed c
                      ORDER BY c.priority DESC, c.run_at DESC, c.id DESC LIMIT 1) l
+        ), held AS (
+            -- The record finish_locked and fail_locked check: undone with the locks by a rollback.
+            SELECT pg_catalog.set_config('skiplock.held',
+                       coalesce(v_held, ',') || pg_catalog.string_agg(pg_catalog.ltrim(
+                           queue._held_entry(k.key, pg_catalog.pg_current_xact_id(), c.id), ','), ''),
+                       true) AS held
+              FROM claimed c CROSS JOIN queue.fence_key k
+            HAVING pg_catalog.count(*) > 0
         )
         SELECT c.id, c.payload, c.attempt, c.priority, c.key
-          FROM claimed c CROSS JOIN hint h
+          FROM claimed c CROSS JOIN hint h CROSS JOIN held
          ORDER BY c.priority, c.run_at, c.id;
         EXIT claim WHEN FOUND OR v_full;
         v_from_priority := NULL;  -- nothing due past the position: look from the beginning
@@ -174,6 +165,6 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue.take_locked(text, integer) IS 'Claims up to batch due tasks of a stage for the caller''s transaction, by row lock only (FOR UPDATE SKIP LOCKED; order as take_next): writes nothing, no lease (finding nothing due, it marks the stage as waited on in stage_waiters, as take_next, so that enqueues NOTIFY). Run the task in that transaction and end it there with finish_locked or fail_locked; a rollback or a killed worker gives it back at once, its attempt not counted. Call at the top level of BEGIN … COMMIT, for short tasks (the open transaction holds back vacuum). Leaves SQL tasks to run_sql_tasks; a second take in the same transaction skips the tasks it holds. Raises 0A000 for stages with max_running or group_limit, 42501 for a restricted stage; returns nothing while paused. Starts where the session''s last claim ended, as take_next.';
+COMMENT ON FUNCTION queue.take_locked(text, integer) IS 'Claims up to batch due tasks for the caller''s transaction: row lock plus a signed entry in the transaction-local setting skiplock.held, no lease. End each there with finish_locked or fail_locked; short tasks only. 0A000 for limited stages.';
 REVOKE ALL ON FUNCTION queue.take_locked(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.take_locked(text, integer) TO skiplock_worker, skiplock_admin;

@@ -57,22 +57,22 @@ BEGIN
         RETURN;
     END IF;
 
+    -- The claimed rows by their row address, as seed 004 does: locked, they cannot move before
+    -- the DELETE, which then reads them directly instead of joining on the key.
     RETURN QUERY
-    WITH claimed AS (
-        SELECT c.id
-          FROM queue.live_tasks c
-         WHERE c.stage = consume.stage
-           AND c.status IN ('ready', 'error')
-           AND c.run_as IS NULL
-           AND c.repeat IS NULL
-           AND c.run_at <= v_now
-         ORDER BY c.priority, c.run_at, c.id
-         LIMIT consume.batch
-           FOR UPDATE SKIP LOCKED
-    ), done AS (
+    WITH done AS (
         DELETE FROM queue.live_tasks t
-         USING claimed c
-         WHERE t.id = c.id
+         WHERE t.ctid = ANY (ARRAY(
+                   SELECT c.ctid
+                     FROM queue.live_tasks c
+                    WHERE c.stage = consume.stage
+                      AND c.status IN ('ready', 'error')
+                      AND c.run_as IS NULL
+                      AND c.repeat IS NULL
+                      AND c.run_at <= v_now
+                    ORDER BY c.priority, c.run_at, c.id
+                    LIMIT consume.batch
+                      FOR UPDATE SKIP LOCKED))
         RETURNING t.*
     ), recorded AS (
         INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,

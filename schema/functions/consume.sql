@@ -1,6 +1,6 @@
 -- consume(stage, batch): take up to `batch` due tasks of a stage and record them as done, in one
--- statement and in the caller's transaction (seed 004's batch consume), for work done inside the
--- database or whose result the caller writes in that same transaction: no lease, no finish call.
+-- statement and in the caller's transaction, for work done inside the database or whose result
+-- the caller writes in that same transaction: no lease, no finish call.
 -- Order and FOR UPDATE SKIP LOCKED as take_next; a rollback gives every task back, ready, its
 -- attempt not counted. Returns the tasks with the attempt they ran as.
 -- Periodic tasks (repeat) and SQL tasks (enqueue_sql) are left to take_next and run_sql_tasks.
@@ -57,8 +57,8 @@ BEGIN
         RETURN;
     END IF;
 
-    -- The claimed rows by their row address, as seed 004 does: locked, they cannot move before
-    -- the DELETE, which then reads them directly instead of joining on the key.
+    -- The claimed rows by their row address: locked, they cannot move before the DELETE, which
+    -- then reads them directly instead of joining on the key.
     RETURN QUERY
     WITH done AS (
         DELETE FROM queue.live_tasks t

@@ -15,7 +15,7 @@ from __future__ import annotations
 import psycopg
 
 from bench import pgbench
-from bench.designs import SKIPLOCK
+from bench.designs import BENCH_DIR, SKIPLOCK
 from bench.points import Point
 from bench.progress import log
 from skiplock import devdb
@@ -30,7 +30,6 @@ SEED_SQL = "seed004.sql"
 
 
 def create_database(cluster: devdb.Cluster) -> None:
-    from bench.designs import BENCH_DIR
     with psycopg.connect(cluster.url(), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{DBNAME}"')
     with psycopg.connect(cluster.url(DBNAME), autocommit=True) as conn:

@@ -17,6 +17,7 @@ SELECT set_eq(
         'queue.compact()',
         'queue.configure_history(interval,integer,interval,text,interval)',
         'queue.configure_stage(text,interval,integer,text,interval,interval,real,boolean,integer,integer,boolean)',
+        'queue.consume(text,integer)',
         'queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text,interval,boolean,text)',
         'queue.enqueue_batch(jsonb[],text,integer,timestamp with time zone,text)',
         'queue.enqueue_sql(text,text,timestamp with time zone,interval,integer,text,text,interval,boolean,integer,boolean)',
@@ -204,8 +205,9 @@ SELECT set_eq(
           'queue.finish_and_take(bigint,uuid,text,integer,interval,text)',
           'queue.take_locked(text,integer)',
           'queue.finish_locked(bigint,text)',
-          'queue.fail_locked(bigint,text,boolean,interval,text)'],
-    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail, release, finish_and_take, take_locked, finish_locked and fail_locked and nothing else'
+          'queue.fail_locked(bigint,text,boolean,interval,text)',
+          'queue.consume(text,integer)'],
+    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail, release, finish_and_take, take_locked, finish_locked, fail_locked and consume and nothing else'
 );
 
 SELECT is_empty(

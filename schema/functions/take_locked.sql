@@ -148,9 +148,10 @@ BEGIN
             -- The record finish_locked and fail_locked check: undone with the locks by a rollback.
             SELECT pg_catalog.set_config('skiplock.held',
                        coalesce(v_held, ',') || pg_catalog.string_agg(pg_catalog.ltrim(
-                           queue._held_entry(k.key, pg_catalog.pg_current_xact_id(), c.id), ','), ''),
+                           queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(), c.id),
+                           ','), ''),
                        true) AS held
-              FROM claimed c CROSS JOIN queue.fence_key k
+              FROM claimed c
             HAVING pg_catalog.count(*) > 0
         )
         SELECT c.id, c.payload, c.attempt, c.priority, c.key

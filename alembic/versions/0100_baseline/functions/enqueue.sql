@@ -163,7 +163,7 @@ BEGIN
     -- Only while a worker waits (take_next found the stage empty): NOTIFY serialises commits.
     IF v_notify
        AND EXISTS (SELECT 1 FROM queue.stage_waiters w WHERE w.stage = enqueue.stage AND w.until > v_now) THEN
-        PERFORM pg_catalog.pg_notify('skiplock.' || enqueue.stage, '');
+        PERFORM queue._wake_waiters(enqueue.stage);  -- one NOTIFY per wait: it ends the mark
     END IF;
     RETURN v_id;
 END

@@ -3,8 +3,8 @@
 -- retry_in or the stage's backoff; with fatal => true, or at max_attempts, it is 'fatal', moved to
 -- queue.history (a periodic task is recorded and re-armed). Roll back the worker's own writes first,
 -- to a savepoint taken after take_locked. As finish_locked: only a task this transaction took (row
--- lock and signed entry in skiplock.held) ends. A task due again at once wakes the stage's waiting workers when this
--- transaction commits (_wake_waiters).
+-- lock and signed entry in skiplock.held) ends. A task due again at once wakes the stage's waiting
+-- workers when this transaction commits (_wake_waiters).
 -- Returns true when this call ended the attempt; false, changing nothing, for any other task.
 -- Raises 22004 for a NULL id, 22023 for a negative retry_in or a long worker name. Locks the task's
 -- row (already locked by take_locked); writes queue.live_tasks, and queue.history when fatal.
@@ -54,11 +54,9 @@ BEGIN
     END IF;
 
     -- Held by this transaction: take_locked recorded it, signed, and nothing here ended it since.
-    IF pg_catalog.strpos(v_held, ',' || fail_locked.id || ':') > 0 THEN
-        v_entry := queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(),
-                                     fail_locked.id);
-    END IF;
-    IF v_entry IS NULL OR pg_catalog.strpos(v_held, v_entry) = 0 THEN
+    v_entry := queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(),
+                                 fail_locked.id);
+    IF NOT coalesce(pg_catalog.strpos(v_held, v_entry) > 0, false) THEN
         RETURN false;
     END IF;
     PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held, v_entry, ','), true);

@@ -35,15 +35,13 @@ BEGIN
     END IF;
 
     -- Held by this transaction: take_locked recorded it, signed, and nothing here ended it since.
-    IF pg_catalog.strpos(v_held, ',' || finish_locked.id || ':') > 0 THEN
-        v_entry := queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(),
-                                     finish_locked.id);
-    END IF;
-    IF v_entry IS NULL OR pg_catalog.strpos(v_held, v_entry) = 0 THEN
+    v_entry := queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(),
+                                 finish_locked.id);
+    IF NOT coalesce(pg_catalog.strpos(v_held, v_entry) > 0, false) THEN
         RETURN false;
     END IF;
-    PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held, v_entry, ','), true);
 
+    -- A deleted task needs no strike-out: a later end finds no row.
     WITH done AS (
         DELETE FROM queue.live_tasks t
          WHERE t.id = finish_locked.id AND t.status IN ('ready', 'error') AND t.repeat IS NULL
@@ -59,7 +57,8 @@ BEGIN
         RETURN true;
     END IF;
 
-    -- A periodic task: record this run, re-arm the same row for the next one.
+    -- A periodic task: record this run, re-arm the same row for the next one, struck out of the record.
+    PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held, v_entry, ','), true);
     WITH cur AS (
         SELECT t.*, queue._next_slot(t.slot, t.repeat, t.drift, v_now) AS next_slot
           FROM queue.live_tasks t

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import psycopg
 
-from skiplock import devdb, migrate
+from skiplock import devdb, migrate, versions
 from skiplock.sqlfiles import ROOT
 
 TAP_DB = "skiplock_pgtap"
 
 
-def prepare_tap_database(admin_url: str) -> str:
+def prepare_tap_database(admin_url: str, plpgsql_check: bool = True) -> str:
+    """A database built by the migrations, with pgTAP (and plpgsql_check unless told not to)."""
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{TAP_DB}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{TAP_DB}"')
@@ -30,7 +31,8 @@ def prepare_tap_database(admin_url: str) -> str:
     migrate.upgrade(url)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pgtap")
-        conn.execute("CREATE EXTENSION IF NOT EXISTS plpgsql_check")
+        if plpgsql_check:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS plpgsql_check")
     return url
 
 
@@ -100,10 +102,13 @@ def main(argv: list[str] | None = None) -> int:
             tap_code = run_pg_prove(prepare_tap_database(admin_url))
             py_code = run_pytest(admin_url, extra)
             code = tap_code or py_code
+            main_major = versions.major_at(admin_url)
         finally:
             if cluster is not None:
                 cluster.stop()
-    return code
+        # The other supported majors: pgTAP and a set of pytest modules each (skiplock/versions.py).
+        others_code = versions.run_others(main_major)
+    return code or others_code
 
 
 if __name__ == "__main__":

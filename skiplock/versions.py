@@ -73,3 +73,72 @@ def install(major: int) -> Path:
         for f in PGTAP_FILES.glob("pgtap*"):
             shutil.copy2(f, extension_dir / f.name)
     return bindir
+
+
+@contextlib.contextmanager
+def _pg_bin(bindir: Path) -> Iterator[None]:
+    """PG_BIN for what runs meanwhile: pytest, and the clusters some tests start themselves."""
+    old = os.environ.get("PG_BIN")
+    os.environ["PG_BIN"] = str(bindir)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PG_BIN", None)
+        else:
+            os.environ["PG_BIN"] = old
+
+
+def others(main: int) -> list[int]:
+    """The majors to run besides main: SKIPLOCK_TEST_VERSIONS, else every other supported one."""
+    raw = os.environ.get("SKIPLOCK_TEST_VERSIONS")
+    if raw is None:
+        return [m for m in SUPPORTED if m != main]
+    chosen = [int(m) for m in re.findall(r"\d+", raw)]
+    unknown = [m for m in chosen if m not in SUPPORTED]
+    if unknown:
+        raise SystemExit(f"SKIPLOCK_TEST_VERSIONS: {unknown} not supported (choose from {SUPPORTED})")
+    return [m for m in chosen if m != main]
+
+
+def run_major(major: int) -> tuple[int, int, float]:
+    """pgTAP and PYTEST_MODULES on a throwaway cluster of major: (pg_prove's code, pytest's, seconds)."""
+    from skiplock import testrun  # it calls this module
+    began = time.monotonic()
+    bindir = install(major)
+    print(f"\n== PostgreSQL {major}: pgTAP and {len(PYTEST_MODULES)} pytest modules", flush=True)
+    with _pg_bin(bindir):
+        cluster = devdb.Cluster(durable=False, bin_dir=bindir).start()
+        try:
+            tap = testrun.run_pg_prove(testrun.prepare_tap_database(cluster.url(), plpgsql_check=False))
+            py = testrun.run_pytest(cluster.url(), ["-q", "-p", "no:cacheprovider", *PYTEST_MODULES])
+        finally:
+            cluster.stop()
+    return tap, py, time.monotonic() - began
+
+
+def major_at(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        return int(conn.execute("SHOW server_version_num").fetchone()[0]) // 10000
+
+
+def run_others(main: int) -> int:
+    """After the full suite on the machine's major: every other supported major, one after another."""
+    majors = others(main)
+    if not majors:
+        return 0
+    print(f"\nother PostgreSQL majors: {', '.join(map(str, majors))} (SKIPLOCK_TEST_VERSIONS=none skips them); "
+          f"plpgsql_check exists for {main} only: its check in tests/sql/000_structure.sql is skipped on the others",
+          flush=True)
+    results = {m: run_major(m) for m in majors}
+    print("\nPostgreSQL | pgTAP | pytest (" + ", ".join(Path(p).stem.removeprefix("test_") for p in PYTEST_MODULES)
+          + ") | seconds")
+    for m, (tap, py, seconds) in results.items():
+        print(f"{m:>10} | {'ok' if tap == 0 else 'FAILED'} | {'ok' if py == 0 else 'FAILED'} | {seconds:.0f}")
+    sys.stdout.flush()
+    return int(any(tap or py for tap, py, _ in results.values()))
+
+
+if __name__ == "__main__":  # `python -m skiplock.versions 14 18`: those majors only, without the main suite
+    os.environ.setdefault("SKIPLOCK_TEST_VERSIONS", " ".join(sys.argv[1:]) or " ".join(map(str, SUPPORTED)))
+    sys.exit(run_others(0))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -36,11 +37,20 @@ BUILDS = {13: "13.23.0-beta.16", 14: "14.23.0-beta.17", 15: "15.18.0-beta.17", 1
 CACHE = Path(os.environ.get("SKIPLOCK_PG_CACHE") or ROOT / ".pg")
 PGTAP_FILES = Path("/usr/share/postgresql/15/extension")
 
-# The machine's own major runs everything; these run on each other one (concurrency, crashes,
-# take_locked and its savepoints, compaction, rotation, upgrade under load).
-PYTEST_MODULES = ("tests/py/test_concurrency.py", "tests/py/test_crashes.py", "tests/py/test_take_locked.py",
-                  "tests/py/test_compaction.py", "tests/py/test_rotation_under_load.py",
-                  "tests/py/test_upgrade_under_load.py")
+# The machine's own major runs everything; each other one runs pgTAP and these (concurrency,
+# crashes, take_locked and its savepoints, compaction under a held snapshot, rotation, a migration
+# under load), chosen for what they prove per second.
+PYTEST_MODULES = (
+    "tests/py/test_concurrency.py::test_concurrent_take_next_batches_are_disjoint",
+    "tests/py/test_crashes.py::test_terminated_connections_lose_no_task",
+    "tests/py/test_crashes.py::test_late_finish_from_a_reaped_worker_changes_nothing",
+    "tests/py/test_take_locked.py",
+    "tests/py/test_compaction.py::test_maintain_compacts_after_a_held_snapshot_ends_not_while_it_holds",
+    "tests/py/test_compaction.py::test_compact_gives_up_within_its_lock_timeout_and_changes_nothing",
+    "tests/py/test_rotation_under_load.py::test_a_locked_partition_is_skipped_at_once_and_dropped_next_time",
+    "tests/py/test_rotation_under_load.py::test_rotation_drops_partitions_while_finishes_keep_history_locked_without_a_gap",
+    "tests/py/test_upgrade_under_load.py::test_a_hot_table_migration_waits_at_most_lock_timeout",
+)
 
 
 def bin_dir(major: int) -> Path:
@@ -101,20 +111,39 @@ def others(main: int) -> list[int]:
     return [m for m in chosen if m != main]
 
 
-def run_major(major: int) -> tuple[int, int, float]:
-    """pgTAP and PYTEST_MODULES on a throwaway cluster of major: (pg_prove's code, pytest's, seconds)."""
+def _server_cpu(cluster: devdb.Cluster) -> float:
+    """CPU seconds of the server's processes that have exited (its backends) and of the postmaster."""
+    pid = (cluster.datadir / "postmaster.pid").read_text().split()[0]
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def run_major(major: int) -> dict[str, float]:
+    """pgTAP and PYTEST_MODULES on a throwaway cluster of major: exit codes, wall and CPU seconds."""
     from skiplock import testrun  # it calls this module
+    result: dict[str, float] = {}
     began = time.monotonic()
     bindir = install(major)
-    print(f"\n== PostgreSQL {major}: pgTAP and {len(PYTEST_MODULES)} pytest modules", flush=True)
+    print(f"\n== PostgreSQL {major}: pgTAP and {len(PYTEST_MODULES)} pytest selections", flush=True)
     with _pg_bin(bindir):
         cluster = devdb.Cluster(durable=False, bin_dir=bindir).start()
         try:
-            tap = testrun.run_pg_prove(testrun.prepare_tap_database(cluster.url(), plpgsql_check=False))
-            py = testrun.run_pytest(cluster.url(), ["-q", "-p", "no:cacheprovider", *PYTEST_MODULES])
+            started, cpu = time.monotonic(), _children_cpu()
+            result["tap"] = testrun.run_pg_prove(testrun.prepare_tap_database(cluster.url(), plpgsql_check=False))
+            result["tap_s"], result["tap_cpu"] = time.monotonic() - started, _children_cpu() - cpu
+            started, cpu = time.monotonic(), _children_cpu()
+            result["py"] = testrun.run_pytest(cluster.url(), ["-q", "-p", "no:cacheprovider", *PYTEST_MODULES])
+            result["py_s"], result["py_cpu"] = time.monotonic() - started, _children_cpu() - cpu
+            result["server_cpu"] = _server_cpu(cluster)
         finally:
             cluster.stop()
-    return tap, py, time.monotonic() - began
+    result["total_s"] = time.monotonic() - began
+    return result
 
 
 def major_at(url: str) -> int:
@@ -131,12 +160,15 @@ def run_others(main: int) -> int:
           f"plpgsql_check exists for {main} only: its check in tests/sql/000_structure.sql is skipped on the others",
           flush=True)
     results = {m: run_major(m) for m in majors}
-    print("\nPostgreSQL | pgTAP | pytest (" + ", ".join(Path(p).stem.removeprefix("test_") for p in PYTEST_MODULES)
-          + ") | seconds")
-    for m, (tap, py, seconds) in results.items():
-        print(f"{m:>10} | {'ok' if tap == 0 else 'FAILED'} | {'ok' if py == 0 else 'FAILED'} | {seconds:.0f}")
+    # CPU seconds do not grow with the machine's load as wall seconds do; the server's count only
+    # its backends (and the postmaster), the clients' pg_prove, psql, pytest and its workers.
+    print("\nPostgreSQL | pgTAP | pytest | seconds: pgTAP, pytest, all (incl. install and start) | CPU s: clients, server")
+    for m, r in results.items():
+        print(f"{m:>10} | {'ok' if r.get('tap') == 0 else 'FAILED'} | {'ok' if r.get('py') == 0 else 'FAILED'} | "
+              f"{r.get('tap_s', 0):.0f}, {r.get('py_s', 0):.0f}, {r['total_s']:.0f} | "
+              f"{r.get('tap_cpu', 0) + r.get('py_cpu', 0):.0f}, {r.get('server_cpu', 0):.0f}")
     sys.stdout.flush()
-    return int(any(tap or py for tap, py, _ in results.values()))
+    return int(any(r.get("tap") != 0 or r.get("py") != 0 for r in results.values()))
 
 
 if __name__ == "__main__":  # `python -m skiplock.versions 14 18`: those majors only, without the main suite

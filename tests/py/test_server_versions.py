@@ -41,3 +41,21 @@ def test_upgrade_refuses_postgresql_13_in_one_line_and_creates_nothing(pg13: dev
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'queue'").fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM pg_roles WHERE rolname LIKE 'skiplock%'").fetchone()[0] == 0
+
+
+def test_pg_bin_finds_a_supported_build_when_debian_has_none(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """`skiplock devdb` and the demo start whatever supported major is installed: PG_BIN, Debian's,
+    else a build under .pg/ (newest first)."""
+    monkeypatch.delenv("PG_BIN", raising=False)
+    monkeypatch.setattr(devdb, "PG_BIN_CANDIDATES", (str(tmp_path / "none"),))
+    monkeypatch.setattr(versions, "CACHE", tmp_path / "cache")
+    for major in (14, 17):
+        (versions.bin_dir(major)).mkdir(parents=True)
+        for name in ("initdb", "postgres"):
+            (versions.bin_dir(major) / name).touch()
+    assert devdb.pg_bin() == versions.bin_dir(17)
+    (versions.bin_dir(13)).mkdir(parents=True)
+    (versions.bin_dir(13) / "postgres").touch()
+    assert devdb.pg_bin() == versions.bin_dir(17), "13 is never chosen"
+    monkeypatch.setenv("PG_BIN", str(tmp_path / "mine"))
+    assert devdb.pg_bin() == tmp_path / "mine"

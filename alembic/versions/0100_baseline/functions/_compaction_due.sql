@@ -1,17 +1,12 @@
 -- _compaction_due(): whether maintain() should compact() queue.live_tasks now, and why (not).
--- Due when all hold:
---   the table with its indexes is over 8 MB (smaller tables are not worth a lock);
---   it is over 4 times what its live tasks need (their width from pg_stats, 150 bytes if never
---   analyzed, plus about 100 bytes of tuple header and index entries per task);
---   no other session of this database holds a snapshot that compact() would cut under it
---   (pg_stat_activity): one idle in a transaction with a snapshot (REPEATABLE READ, SERIALIZABLE,
---   a cursor), or one whose transaction has held a snapshot for over a second; a session of
---   another role, whose state this role cannot see without pg_read_all_stats, counts when its
---   snapshot is older than this call's. A snapshot younger than a second escapes the check.
---   at most 50,000 live tasks (compact() holds its lock while it copies them; call it by hand for
---   more);
---   this session's last attempt did not fail on the lock in the past 60 s.
--- Reads statistics and pg_stat_activity only: no lock on the table, no scan.
+-- Due when all hold: the table with its indexes is over 8 MB; it is over 4 times what its live
+-- tasks need (their width from pg_stats, 150 bytes if never analyzed, plus about 100 bytes of
+-- tuple header and index entries each); at most 50,000 live tasks (compact() holds its lock while
+-- it copies them); this session's last try did not fail on the lock in the past 60 s; and no other
+-- session of this database holds a snapshot that compact() would cut under it: one idle in a
+-- transaction with a backend_xmin, or holding one for over a second (another role's session, whose
+-- state shows only to pg_read_all_stats, when its backend_xmin is older than this call's).
+-- Reads statistics and pg_stat_activity only: no lock on the table, no scan. Raises nothing.
 CREATE OR REPLACE FUNCTION queue._compaction_due(OUT due boolean, OUT detail text)
     LANGUAGE plpgsql
     VOLATILE

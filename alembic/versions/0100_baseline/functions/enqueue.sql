@@ -30,6 +30,7 @@ DECLARE
     v_id       bigint;
     v_restricted boolean;
     v_notify     boolean;
+    v_held       text;
     v_now    timestamptz := pg_catalog.now();
     v_run_at timestamptz := coalesce(enqueue.run_at, pg_catalog.now());
     -- A periodic task's first slot is its first run.
@@ -132,9 +133,7 @@ BEGIN
            SET payload    = excluded.payload,
                priority   = excluded.priority,
                run_at     = excluded.run_at,
-               -- the clock, not now(): a task this same transaction holds by take_locked then
-               -- reads as changed since the take, and finish_locked leaves it ready to re-run
-               updated    = pg_catalog.clock_timestamp(),
+               updated    = v_now,
                repeat     = excluded.repeat,
                drift      = excluded.drift,
                slot       = excluded.slot,
@@ -151,6 +150,13 @@ BEGIN
                 USING ERRCODE = '42501',
                       DETAIL = 'mode ''rerun'' would replace the request of a task that runs as the role that enqueued it.',
                       HINT = 'Re-run it with queue.enqueue_sql(…, key => …, mode => ''rerun'') as that role, or use another key.';
+        END IF;
+        -- Re-run by the transaction that holds it (take_locked): no longer its to finish.
+        v_held := pg_catalog.current_setting('skiplock.held', true);
+        IF pg_catalog.strpos(v_held, ',' || v_id || ':') > 0 THEN
+            PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held,
+                        queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(), v_id),
+                        ','), true);
         END IF;
     END IF;
 

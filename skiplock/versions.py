@@ -43,7 +43,7 @@ PGTAP_FILES = Path("/usr/share/postgresql/15/extension")
 # under load), chosen for what they prove per second: test_take_locked.py's 20,000-task kill
 # test and its held-snapshot claim test (the two slowest, 3 and 1 minute under load) run on 15 only.
 # pgTAP runs on every other major; these pytest tests on the oldest and the newest only, to keep
-# `make test` within its budget (each major's pytest part costs about 3 CPU minutes).
+# `make test` within its budget (about a minute a major for the pytest part, 20 s for pgTAP).
 PYTEST_MAJORS = (14, 18)
 PYTEST_MODULES = (
     "tests/py/test_concurrency.py::test_concurrent_take_next_batches_are_disjoint",

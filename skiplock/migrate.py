@@ -62,6 +62,16 @@ def refuse_pre_release(current: Sequence[str | None]) -> None:
             "with one baseline: back up its tasks, DROP SCHEMA queue CASCADE, then run skiplock upgrade")
 
 
+def refuse_old_server(e: BaseException) -> None:
+    """The refusal of schema/bootstrap/server_version.sql (a server older than 14), said in one line
+    as Alembic prints a CommandError, instead of a traceback."""
+    import psycopg
+    from alembic.util import CommandError
+    if (isinstance(e, psycopg.Error) and e.sqlstate == "0A000"
+            and any("server_version.sql" in note for note in getattr(e, "__notes__", ()))):
+        raise CommandError(f"{e.diag.message_primary}. {e.diag.message_hint}") from None
+
+
 def libpq_url(url: str) -> str:
     """A URL as libpq takes it: SQLAlchemy's postgresql+psycopg:// becomes postgresql://."""
     for prefix in ("postgresql+psycopg://", "postgresql+psycopg2://", "postgres://"):

@@ -15,8 +15,8 @@ PACKAGE = Path(__file__).resolve().parent
 ROOT = PACKAGE if (PACKAGE / "schema").is_dir() else PACKAGE.parent
 SCHEMA_DIR = ROOT / "schema"
 
-# Build order: roles and schema first, then what later files depend on.
-BOOTSTRAP = ("bootstrap/roles.sql", "bootstrap/schema.sql")
+# Build order: the server version check, roles and schema first, then what later files depend on.
+BOOTSTRAP = ("bootstrap/server_version.sql", "bootstrap/roles.sql", "bootstrap/schema.sql")
 KINDS = ("types", "tables", "functions", "views")
 
 

@@ -9,80 +9,19 @@ pytest runs last so that its summary is the last line printed.
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 import sys
-import uuid
 
-import psycopg
+from skiplock import devdb, lint, versions
+from skiplock.testdb import (
+    create_database,
+    drop_database,
+    prepare_tap_database,
+    run_pg_prove,
+    run_pytest,
+)
 
-from skiplock import devdb, lint, migrate
-from skiplock.sqlfiles import ROOT
-
-TAP_DB = "skiplock_pgtap"
-
-
-def prepare_tap_database(admin_url: str) -> str:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{TAP_DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{TAP_DB}"')
-    url = db_url(admin_url, TAP_DB)
-    migrate.upgrade(url)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS pgtap")
-        conn.execute("CREATE EXTENSION IF NOT EXISTS plpgsql_check")
-    return url
-
-
-def db_url(admin_url: str, dbname: str) -> str:
-    """The same server as admin_url, another database."""
-    params = psycopg.conninfo.conninfo_to_dict(admin_url)
-    params["dbname"] = dbname
-    return psycopg.conninfo.make_conninfo("", **params)
-
-
-def create_database(admin_url: str, prefix: str) -> str:
-    """A new database with a unique name on admin_url's server; returns its URL."""
-    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return db_url(admin_url, name)
-
-
-def drop_database(admin_url: str, url: str) -> None:
-    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def run_pg_prove(url: str) -> int:
-    params = psycopg.conninfo.conninfo_to_dict(url)
-    env = dict(os.environ)
-    for key, var in (("host", "PGHOST"), ("port", "PGPORT"), ("user", "PGUSER"),
-                     ("dbname", "PGDATABASE"), ("password", "PGPASSWORD")):
-        if params.get(key):
-            env[var] = str(params[key])
-    tests = ROOT / "tests" / "sql"
-    # --ext .sql: without it pg_prove looks for *.pg, finds nothing and still exits 0.
-    proc = subprocess.run(["pg_prove", "--ext", ".sql", "-r", "--failures", str(tests)],
-                          env=env, cwd=ROOT, capture_output=True, text=True)
-    sys.stdout.write(proc.stdout)
-    sys.stderr.write(proc.stderr)
-    sys.stdout.flush()
-    counted = re.search(r"Files=(\d+), Tests=(\d+)", proc.stdout)
-    if counted is None or int(counted.group(1)) == 0 or int(counted.group(2)) == 0:
-        print("pg_prove ran no test: failing (check tests/sql and --ext .sql)")
-        return 1
-    return proc.returncode
-
-
-def run_pytest(admin_url: str, extra: list[str]) -> int:
-    env = dict(os.environ)
-    env.pop("DATABASE_URL", None)  # the tests must never find the user's database
-    env["SKIPLOCK_TEST_ADMIN_URL"] = admin_url
-    proc = subprocess.run([sys.executable, "-m", "pytest", *extra], cwd=ROOT, env=env)
-    return proc.returncode
-
+# Tests import these from here: `from skiplock.testrun import create_database, drop_database`.
+__all__ = ["create_database", "drop_database", "main", "prepare_tap_database", "run_pg_prove", "run_pytest"]
 
 def main(argv: list[str] | None = None) -> int:
     extra = list(sys.argv[1:] if argv is None else argv)
@@ -100,8 +39,11 @@ def main(argv: list[str] | None = None) -> int:
                 cluster = devdb.Cluster(durable=False).start()
                 admin_url = cluster.url()
             tap_code = run_pg_prove(prepare_tap_database(admin_url))
+            # The other supported majors (skiplock/versions.py): pgTAP and a set of pytest modules
+            # each, before this major's pytest, so that pytest's summary is the last line printed.
+            others_code = versions.run_others(versions.major_at(admin_url))
             py_code = run_pytest(admin_url, extra)
-            code = tap_code or py_code
+            code = tap_code or others_code or py_code
         finally:
             if cluster is not None:
                 cluster.stop()

@@ -16,6 +16,7 @@ depends_on = None
 
 VERSIONS = Path(__file__).parent
 UPGRADE = [
+    '0100_baseline/bootstrap/server_version.sql',
     '0100_baseline/bootstrap/roles.sql',
     '0100_baseline/bootstrap/schema.sql',
     '0100_baseline/types/cron_fields.sql',
@@ -160,6 +161,7 @@ DOWNGRADE = [
     '0100_baseline/downgrade/drop/types/cron_fields.sql',
     '0100_baseline/downgrade/drop/bootstrap/schema.sql',
     '0100_baseline/downgrade/drop/bootstrap/roles.sql',
+    '0100_baseline/downgrade/drop/bootstrap/server_version.sql',
 ]
 
 

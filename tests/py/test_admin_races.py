@@ -26,6 +26,8 @@ import time
 import psycopg
 import pytest
 
+import workload
+
 WAIT = 10.0  # seconds: the longest a step may take before the test calls it a hang
 
 
@@ -333,7 +335,7 @@ def _make_compaction_due(conn: psycopg.Connection, stage: str) -> None:
         conn.execute("SELECT queue.finish_batch(array_agg(t.id), array_agg(t.lease))"
                      "  FROM queue.take_next(%s, batch => 10000) t", (stage,))
     for _ in range(20):  # statistics arrive late: up to 10 s, vacuuming between looks
-        conn.execute("SELECT pg_stat_force_next_flush()")
+        workload.flush_stats(conn)
         conn.execute("VACUUM ANALYZE queue.live_tasks")
         due, detail = conn.execute("SELECT * FROM queue._compaction_due()").fetchone()
         if due:

@@ -20,6 +20,7 @@ from typing import Iterator
 import psycopg
 import pytest
 
+import workload
 from skiplock import devdb, migrate, testrun
 
 BIG_BATCH = 50_000
@@ -80,7 +81,7 @@ def test_statement_timeout_during_a_large_enqueue_batch_leaves_nothing(fault_db:
         for k, fraction in enumerate((0.0, 0.7, 0.5, 0.3, 0.15)):
             stage = f"fault.timeout{k}"
             timeout_ms = max(1, int(took * 1000 * fraction))
-            observer.execute("SELECT pg_stat_force_next_flush()")
+            workload.flush_stats(observer)
             inserts_before = flushed_inserts(observer, 0, timeout=0)
             conn.execute(f"SET statement_timeout = '{timeout_ms}ms'")
             try:
@@ -96,7 +97,7 @@ def test_statement_timeout_during_a_large_enqueue_batch_leaves_nothing(fault_db:
                 conn.execute("RESET statement_timeout")
             assert stage_count(observer, stage) == 0
             assert stage_count(conn, stage) == 0
-            conn.execute("SELECT pg_stat_force_next_flush()")
+            workload.flush_stats(conn)
             fired[timeout_ms] = flushed_inserts(observer, inserts_before + 1, timeout=2) - inserts_before
         print(f"\nstatement_timeout fired (ms: rows written then rolled back, 0 left): {fired};"
               f" the batch alone takes {took * 1000:.0f} ms")

@@ -25,6 +25,21 @@ FINISH = "SELECT queue.finish(%s, %s, next_stage => %s)"
 FAIL = "SELECT queue.fail(%s, %s, %s, fatal => %s, retry_in => %s::interval)"
 
 
+def flush_stats(conn: psycopg.Connection) -> None:
+    """This autocommit session's pending table statistics reach the server before its next statement.
+
+    pg_stat_force_next_flush() from PostgreSQL 15 on. 14 has no such function: there a session
+    reports to the statistics collector when a transaction ends at least 0.5 s after its last
+    report, and readers accept a statistics file up to 0.5 s old, hence the waits either side.
+    """
+    if conn.info.server_version >= 150000:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+    else:
+        time.sleep(0.6)
+        conn.execute("SELECT 1")
+        time.sleep(0.6)
+
+
 def with_application_name(url: str, name: str) -> str:
     """The same conninfo, naming the session so that pg_stat_activity can tell it apart."""
     return psycopg.conninfo.make_conninfo(url, application_name=name)

@@ -305,7 +305,11 @@ SELECT cmp_ok(
     'plpgsql_check below has the PL/pgSQL functions of queue to check'
 );
 
-SELECT is_empty(
+-- plpgsql_check is built for the machine's own major only (`make test` installs it there and fails
+-- without it); on the other majors `make test` runs, this one check is skipped.
+SELECT CASE WHEN NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'plpgsql_check')
+            THEN skip('plpgsql_check is not installed for PostgreSQL ' || pg_catalog.current_setting('server_version'), 1)
+            ELSE is_empty(
     $$SELECT p.oid::regprocedure::text, r.level, r.lineno, r.sqlstate, r.message, r.detail, r.hint, r.query
         FROM pg_catalog.pg_proc p
         JOIN pg_catalog.pg_language l ON l.oid = p.prolang
@@ -314,7 +318,7 @@ SELECT is_empty(
                                                     performance_warnings => true) r
        WHERE p.pronamespace = 'queue'::regnamespace AND l.lanname = 'plpgsql'$$,
     'plpgsql_check finds nothing in any PL/pgSQL function of queue (listed: every finding)'
-);
+) END;
 
 SELECT * FROM finish();
 ROLLBACK;

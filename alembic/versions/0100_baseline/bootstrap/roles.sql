@@ -22,6 +22,12 @@ BEGIN
     IF NOT pg_catalog.pg_has_role(current_user, 'skiplock_owner', 'MEMBER') THEN
         EXECUTE format('GRANT skiplock_owner TO %I', current_user);
     END IF;
+    -- maintain() tells a snapshot held by another role's session from a running statement only
+    -- when it sees that session's state (queue._compaction_due); a superuser may grant that.
+    IF NOT pg_catalog.pg_has_role('skiplock_owner', 'pg_read_all_stats', 'MEMBER')
+       AND (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) THEN
+        GRANT pg_read_all_stats TO skiplock_owner;
+    END IF;
 END
 $roles$;
 

@@ -1,0 +1,1 @@
+-- nothing to undo for bootstrap/server_version.sql

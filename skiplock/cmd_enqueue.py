@@ -16,6 +16,8 @@ from typing import Iterable, Iterator
 import psycopg
 from psycopg.types.json import Jsonb
 from rich.console import Console
+
+from skiplock import connect
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, BarColumn, MofNCompleteColumn
 
 
@@ -49,7 +51,7 @@ def run(url: str, args: argparse.Namespace) -> int:
     payloads = parse_payloads(args.payloads, "argument") if from_args else parse_payloads(sys.stdin, "line")
     delay = args.delay
 
-    with psycopg.connect(url, autocommit=True) as conn:
+    with connect.connect(url) as conn:
         if args.key is not None:
             items = list(payloads)
             if len(items) != 1:

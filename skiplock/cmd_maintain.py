@@ -19,6 +19,8 @@ import time
 import psycopg
 from rich.console import Console
 
+from skiplock import connect
+
 # While calls keep failing with an error from the server, the wait before the next one doubles
 # from --every up to this many seconds (or --every, if longer): a broken setting is then said
 # about once a minute, not every second. The first call that succeeds goes back to --every.
@@ -41,7 +43,7 @@ def run(url: str, args: argparse.Namespace) -> int:
         while True:
             try:
                 if conn is None or conn.closed:
-                    conn = psycopg.connect(url, autocommit=True)
+                    conn = connect.connect(url)
                 cur = conn.execute("SELECT * FROM queue.maintain()")
                 names = [d.name for d in cur.description]
                 rows = cur.fetchall()

@@ -38,7 +38,7 @@ import psycopg
 import psycopg.errors
 import psycopg.sql
 
-from skiplock import cmd_worker
+from skiplock import cmd_worker, connect
 from skiplock.worker import channel
 
 RECANCEL = 0.5   # seconds before a call still running after a stop cancel is cancelled again (the first was absorbed)
@@ -166,8 +166,7 @@ class Executor(cmd_worker.Slot):
     def listen_again(self) -> None:
         """A request runs on this session and may have run UNLISTEN *: LISTEN again (a no-op if not)."""
         try:
-            self.conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel(self.shared.args.stage))),
-                              prepare=False)
+            self.listening = connect.listen(self.conn, channel(self.shared.args.stage))
         except psycopg.errors.QueryCanceled:
             pass  # a late cancel; the slow poll covers this round
         except psycopg.OperationalError:
@@ -192,7 +191,7 @@ class Watchdog(threading.Thread):
         delay = 0.1
         while True:
             try:
-                return psycopg.connect(self.shared.url, autocommit=True)
+                return connect.connect(self.shared.url)
             except psycopg.OperationalError as e:
                 if self.done.is_set():
                     raise
@@ -265,8 +264,13 @@ def run(url: str, args: argparse.Namespace) -> int:
         print("skiplock run-sql: --grace must not be negative", file=sys.stderr)
         return 2
     from skiplock.cli import describe_error
+    try:
+        connect.require_session("skiplock run-sql")
+    except connect.PoolerError as e:
+        print(f"skiplock run-sql: {e}", file=sys.stderr)
+        return 2
     try:  # fail fast on a wrong URL, a database without SQL tasks, or a login that may not run them
-        with psycopg.connect(url, autocommit=True) as conn:
+        with connect.connect(url) as conn:
             # Membership first, on its own: looking the functions up needs USAGE on schema queue,
             # which only skiplock's roles have, so a login outside them would get "permission denied".
             role, current, installed, member = conn.execute(

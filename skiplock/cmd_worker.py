@@ -33,6 +33,7 @@ import psycopg
 import psycopg.sql
 from rich.console import Console
 
+from skiplock import connect
 from skiplock.worker import channel, storable
 
 STDERR_LINES = 20      # lines of stderr kept as the error of a failed attempt
@@ -137,6 +138,7 @@ class Slot(threading.Thread):
         self.index = index
         self.worker_name = f"{shared.name}:{index}" if shared.args.concurrency > 1 else shared.name
         self.conn: psycopg.Connection | None = None
+        self.listening = False  # LISTENs on the stage's channel (not through a transaction pooler)
         self.error: BaseException | None = None
 
     # -- connection ---------------------------------------------------------------------------
@@ -144,8 +146,8 @@ class Slot(threading.Thread):
         delay = 0.1
         while True:
             try:
-                conn = psycopg.connect(self.shared.url, autocommit=True)
-                conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel(self.shared.args.stage))))
+                conn = connect.connect(self.shared.url)
+                self.listening = connect.listen(conn, channel(self.shared.args.stage))
                 return conn
             except psycopg.OperationalError as e:
                 if self.shared.stopping.is_set():
@@ -171,8 +173,8 @@ class Slot(threading.Thread):
         stay supervised (killed at the end of the grace, or when its lease is lost)."""
         self.drop_connection()
         try:
-            self.conn = psycopg.connect(self.shared.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
-            self.conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel(self.shared.args.stage))))
+            self.conn = connect.connect(self.shared.url, connect_timeout=CONNECT_TIMEOUT)
+            self.listening = connect.listen(self.conn, channel(self.shared.args.stage))
             return True
         except psycopg.OperationalError:
             return False
@@ -216,6 +218,9 @@ class Slot(threading.Thread):
 
     def idle(self) -> None:
         """Sleep until an enqueue notifies the stage or the slow poll comes round (or we stop)."""
+        if not self.listening:  # through a transaction pooler: the poll alone
+            self.shared.stopping.wait(self.shared.args.poll)
+            return
         deadline = time.monotonic() + self.shared.args.poll
         try:
             while not self.shared.stopping.is_set():
@@ -427,7 +432,7 @@ def run(url: str, args: argparse.Namespace) -> int:
         return 2
     sh = Shared(args, url, argv)
     try:  # fail fast on a wrong URL or a database without skiplock
-        with psycopg.connect(url, autocommit=True) as conn:
+        with connect.connect(url) as conn:
             conn.execute("SELECT 'queue.take_next(text,integer,interval,text)'::regprocedure")
     except psycopg.Error as e:
         from skiplock.cli import describe_error

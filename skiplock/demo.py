@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from skiplock import devdb, migrate
+from skiplock import connect, devdb, migrate
 from skiplock.worker import Fail, Outcome, Task, Worker
 
 RESIZE, PUBLISH = "demo.resize", "demo.publish"
@@ -83,7 +83,7 @@ def run(url: str, tasks: int = 3000, workers: int = 4, seed: int | None = None, 
     leases) as it waits: only for a database that holds nothing but the demo."""
     rng = random.Random(seed)
     run_id = uuid.uuid4().hex[:8]
-    with psycopg.connect(url, autocommit=True) as conn:
+    with connect.connect(url) as conn:
         for stage in (RESIZE, PUBLISH):
             conn.execute("SELECT queue.configure_stage(%s, lease_duration => '30 seconds', max_attempts => 3,"
                           " backoff => 'exponential', backoff_base => '50 milliseconds', backoff_cap => '1 second')",

@@ -46,8 +46,8 @@ def _free_port() -> int:
 
 
 class Bouncer:
-    """pgbouncer in front of the server of `server_url`; as root it runs as the postgres OS user
-    (pgbouncer refuses to run as root), like the test cluster."""
+    """pgbouncer in front of the server of `server_url`; as root it switches to the postgres OS
+    user (-u: pgbouncer refuses to run as root), like the test cluster."""
 
     def __init__(self, server_url: str, mode: str, pool_size: int) -> None:
         info = psycopg.conninfo.conninfo_to_dict(server_url)
@@ -79,11 +79,11 @@ pidfile = {self.dir}/pgbouncer.pid
 admin_users = {self.user}
 """)
         cmd = [PGBOUNCER, str(self.dir / "pgbouncer.ini")]
-        if os.geteuid() == 0:
+        if os.geteuid() == 0:  # its own -u, not runuser: the signals of stop() must reach pgbouncer itself
             pw = pwd.getpwnam("postgres")
             for p in (self.dir, *self.dir.iterdir()):
                 os.chown(p, pw.pw_uid, pw.pw_gid)
-            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+            cmd = [PGBOUNCER, "-u", "postgres", str(self.dir / "pgbouncer.ini")]
         self.proc = subprocess.Popen(cmd, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 20
         while True:

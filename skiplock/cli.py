@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from skiplock import cmd_enqueue, cmd_maintain, cmd_migrate, cmd_run_sql, cmd_stats, cmd_worker, demo, devdb, reference
+from skiplock import cmd_enqueue, cmd_maintain, cmd_migrate, cmd_run_sql, cmd_stats, cmd_worker, connect, demo, devdb, reference
 from skiplock.errors import describe_error, reportable
 
 
@@ -124,15 +124,23 @@ def _seconds(zero: bool = False, negative: bool = False) -> Callable[[str], floa
     return seconds
 
 
+POOLER_HELP = ("what sits between us and the server (default: SKIPLOCK_POOLER, else none): transaction "
+               "(PgBouncer pool_mode=transaction) turns server-side prepared statements off and makes idle "
+               "workers poll instead of LISTEN; session and none change nothing")
+
+
 def build_parser() -> argparse.ArgumentParser:
     # --db is accepted before or after the command; SUPPRESS keeps a later default from
     # overwriting a value given earlier.
     db = argparse.ArgumentParser(add_help=False)
     db.add_argument("--db", default=argparse.SUPPRESS,
                     help="libpq URL of the database (default: DATABASE_URL, else the dev cluster)")
+    db.add_argument("--pooler", choices=connect.MODES, default=argparse.SUPPRESS,
+                    help=POOLER_HELP)
 
     parser = argparse.ArgumentParser(prog="skiplock", description="A task queue that lives inside PostgreSQL.")
     parser.add_argument("--db", help="libpq URL of the database (default: DATABASE_URL, else the dev cluster)")
+    parser.add_argument("--pooler", choices=connect.MODES, help=POOLER_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("devdb", help="a throwaway local cluster: start, stop, url",
@@ -259,6 +267,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "pooler", None):  # for skiplock.connect, and for the processes a command starts
+        os.environ["SKIPLOCK_POOLER"] = args.pooler
+    try:
+        connect.pooler()
+    except connect.PoolerError as e:
+        print(f"skiplock {args.command}: {e}", file=sys.stderr)
+        return 2
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from skiplock import connect
 from skiplock.db import one
 from skiplock.errors import describe_error
 
@@ -52,7 +53,7 @@ def run(url: str, args: argparse.Namespace) -> int:
     payloads = parse_payloads(args.payloads, "argument") if from_args else parse_payloads(sys.stdin, "line")
     delay = args.delay
 
-    with psycopg.connect(url, autocommit=True) as conn:
+    with connect.connect(url) as conn:
         if args.key is not None:
             items = list(payloads)
             if len(items) != 1:

@@ -19,6 +19,7 @@ import time
 import psycopg
 from rich.console import Console
 
+from skiplock import connect
 from skiplock.errors import describe_error
 
 # While calls keep failing with an error from the server, the wait before the next one doubles
@@ -43,7 +44,7 @@ def run(url: str, args: argparse.Namespace) -> int:
         while True:
             try:
                 if conn is None or conn.closed:
-                    conn = psycopg.connect(url, autocommit=True)
+                    conn = connect.connect(url)
                 cur = conn.execute("SELECT * FROM queue.maintain()")
                 names = [d.name for d in cur.description or ()]
                 rows = cur.fetchall()

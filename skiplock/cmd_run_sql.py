@@ -36,7 +36,7 @@ import time
 import psycopg
 import psycopg.errors
 
-from skiplock import slots
+from skiplock import connect, slots
 from skiplock.db import one
 from skiplock.errors import describe_error, primary_message
 
@@ -161,7 +161,7 @@ class Executor(slots.Slot[Shared]):
     def listen_again(self) -> None:
         """A request runs on this session and may have run UNLISTEN *: LISTEN again (a no-op if not)."""
         try:
-            self.db.execute(self.listen_statement(), prepare=False)
+            self.listen(self.db)
         except psycopg.errors.QueryCanceled:
             pass  # a late cancel; the slow poll covers this round
         except psycopg.OperationalError:
@@ -186,7 +186,7 @@ class Watchdog(threading.Thread):
         delay = slots.BACKOFF_FIRST
         while True:
             try:
-                return psycopg.connect(self.shared.url, autocommit=True)
+                return connect.connect(self.shared.url)
             except psycopg.OperationalError as e:
                 if self.done.is_set():
                     raise
@@ -252,8 +252,13 @@ def run(url: str, args: argparse.Namespace) -> int:
     if args.grace < 0:
         print("skiplock run-sql: --grace must not be negative", file=sys.stderr)
         return 2
+    try:
+        connect.require_session("skiplock run-sql")
+    except connect.PoolerError as e:
+        print(f"skiplock run-sql: {e}", file=sys.stderr)
+        return 2
     try:  # fail fast on a wrong URL, a database without SQL tasks, or a login that may not run them
-        with psycopg.connect(url, autocommit=True) as conn:
+        with connect.connect(url) as conn:
             # Membership first, on its own: looking the functions up needs USAGE on schema queue,
             # which only skiplock's roles have, so a login outside them would get "permission denied".
             role, current, installed, member = one(conn.execute(

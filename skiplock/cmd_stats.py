@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from skiplock import connect
 from skiplock.db import one
 
 # Statuses in the order a task lives through them.
@@ -68,7 +69,7 @@ def stats_table(conn: psycopg.Connection, stages: list[str] | None) -> Table:
 
 
 def stats(url: str, args: argparse.Namespace) -> int:
-    with psycopg.connect(url, autocommit=True) as conn:
+    with connect.connect(url) as conn:
         Console().print(stats_table(conn, args.stage))
     return 0
 
@@ -102,7 +103,7 @@ def top_table(rows: list[tuple], interval: float) -> Table:
 
 def top(url: str, args: argparse.Namespace) -> int:
     done = 0
-    with psycopg.connect(url, autocommit=True) as conn:
+    with connect.connect(url) as conn:
         def frame() -> Table:
             rows = conn.execute(
                 "SELECT stage, status, tasks, oldest_age_seconds, finished_last_minute FROM queue.metrics "

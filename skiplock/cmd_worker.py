@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import psycopg
 
-from skiplock import slots
+from skiplock import connect, slots
 from skiplock.db import one
 from skiplock.errors import describe_error
 from skiplock.worker import storable
@@ -363,7 +363,7 @@ def run(url: str, args: argparse.Namespace) -> int:
         return 2
     sh = Shared(args, url, argv)
     try:  # fail fast on a wrong URL or a database without skiplock
-        with psycopg.connect(url, autocommit=True) as conn:
+        with connect.connect(url) as conn:
             conn.execute("SELECT 'queue.take_next(text,integer,interval,text)'::regprocedure")
     except psycopg.Error as e:
         print(f"skiplock worker: {describe_error(e)}", file=sys.stderr)

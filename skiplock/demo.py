@@ -21,9 +21,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import psycopg
-
-from skiplock import devdb, migrate
+from skiplock import connect, devdb, migrate
 from skiplock.db import one
 from skiplock.worker import Fail, Outcome, Task, Worker
 
@@ -88,7 +86,7 @@ def run(url: str, tasks: int = 3000, workers: int = 4, seed: int | None = None, 
     leases) as it waits: only for a database that holds nothing but the demo."""
     rng = random.Random(seed)
     run_id = uuid.uuid4().hex[:8]
-    with psycopg.connect(url, autocommit=True) as conn:
+    with connect.connect(url) as conn:
         for stage in (RESIZE, PUBLISH):
             conn.execute("SELECT queue.configure_stage(%s, lease_duration => '30 seconds', max_attempts => 3,"
                           " backoff => 'exponential', backoff_base => '50 milliseconds', backoff_cap => '1 second')",

@@ -26,6 +26,7 @@ import psycopg
 import psycopg.sql
 from rich.console import Console
 
+from skiplock import connect
 from skiplock.worker import channel
 
 CONNECT_TIMEOUT = 5    # seconds a bounded reconnect (reconnect_once) may take
@@ -70,6 +71,7 @@ class Slot(threading.Thread, Generic[S]):
         self.index = index
         self.worker_name = f"{shared.name}:{index}" if shared.args.concurrency > 1 else shared.name
         self.conn: psycopg.Connection | None = None
+        self.listening = False  # LISTENs on the stage's channel (not through a transaction pooler)
         self.error: BaseException | None = None
 
     @property
@@ -78,16 +80,17 @@ class Slot(threading.Thread, Generic[S]):
         assert self.conn is not None, "the slot has no connection yet"
         return self.conn
 
-    def listen_statement(self) -> psycopg.sql.Composed:
-        return psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel(self.shared.args.stage)))
+    def listen(self, conn: psycopg.Connection) -> None:
+        """LISTEN on the stage's channel where the connection keeps a session (skiplock/connect.py)."""
+        self.listening = connect.listen(conn, channel(self.shared.args.stage))
 
     def connect(self) -> psycopg.Connection:
         """A new connection that LISTENs; waits for the database unless we are stopping."""
         delay = BACKOFF_FIRST
         while True:
             try:
-                conn = psycopg.connect(self.shared.url, autocommit=True)
-                conn.execute(self.listen_statement())
+                conn = connect.connect(self.shared.url)
+                self.listen(conn)
                 return conn
             except psycopg.OperationalError as e:
                 if self.shared.stopping.is_set():
@@ -113,14 +116,17 @@ class Slot(threading.Thread, Generic[S]):
         stay supervised (killed at the end of the grace, or when its lease is lost)."""
         self.drop_connection()
         try:
-            self.conn = psycopg.connect(self.shared.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
-            self.conn.execute(self.listen_statement())
+            self.conn = connect.connect(self.shared.url, connect_timeout=CONNECT_TIMEOUT)
+            self.listen(self.conn)
             return True
         except psycopg.OperationalError:
             return False
 
     def idle(self) -> None:
         """Sleep until an enqueue notifies the stage or the slow poll comes round (or we stop)."""
+        if not self.listening:  # through a transaction pooler: the poll alone
+            self.shared.stopping.wait(self.shared.args.poll)
+            return
         deadline = time.monotonic() + self.shared.args.poll
         try:
             while not self.shared.stopping.is_set():

@@ -2,7 +2,7 @@
 
 Everything that decides anything lives in the database; this is the client side every language
 writes once: take a batch, run a handler per task, finish or fail with the lease, sleep on
-LISTEN when the stage is empty, reconnect with backoff when the connection drops.
+LISTEN when the stage is empty (poll through a transaction pooler: skiplock.connect), reconnect with backoff when the connection drops.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import psycopg
-import psycopg.sql
 
+from skiplock import connect
 from skiplock.db import one
 
 
@@ -77,6 +77,7 @@ class Worker:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.counters = Counters()
         self._stop = False
+        self._listening = False
 
     def stop(self) -> None:
         self._stop = True
@@ -85,9 +86,9 @@ class Worker:
         delay = 0.1
         while True:
             try:
-                conn = psycopg.connect(self.url, autocommit=True)
+                conn = connect.connect(self.url)
                 for stage in self.handlers:
-                    conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel(stage))))
+                    self._listening = connect.listen(conn, channel(stage))
                 return conn
             except psycopg.OperationalError:
                 if self._stop:
@@ -103,7 +104,9 @@ class Worker:
                     worked = False
                     for stage, handler in self.handlers.items():
                         worked |= self._drain_once(conn, stage, handler)
-                    if not worked:
+                    if not worked and not self._listening:  # through a transaction pooler
+                        time.sleep(self.idle_wait)
+                    elif not worked:
                         # Sleep until an enqueue notifies us, or the slow poll comes round.
                         for _ in conn.notifies(timeout=self.idle_wait, stop_after=1):
                             pass

@@ -26,8 +26,14 @@
 # retried, backing off up to 2 s, until the task's lease has surely run out (LEASE seconds after
 # the handler ended: its heartbeats stop then); a call that answers false means the lease was lost.
 #
+# Through a connection pooler in transaction mode (PgBouncer pool_mode=transaction), set
+# SKIPLOCK_POOLER=transaction: there is no listener then (its notifications would reach a server
+# connection, not psql) and an idle worker takes again every IDLE_WAIT seconds. psql prepares
+# nothing, so nothing else changes.
+#
 # Settings (environment): DATABASE_URL, STAGE (default), BATCH (10), LEASE seconds (60),
-# IDLE_WAIT seconds (5), SNOOZE seconds (10), PING seconds (0.1), PSQL (psql; on Debian /usr/bin/psql is a Perl
+# IDLE_WAIT seconds (5), SNOOZE seconds (10), PING seconds (0.1), SKIPLOCK_POOLER (none, session
+# or transaction), PSQL (psql; on Debian /usr/bin/psql is a Perl
 # wrapper: /usr/lib/postgresql/<version>/bin/psql starts faster). A setting that is not a number
 # (BATCH an integer from 1 to 10000) stops the worker at once with exit code 2.
 # SQL values always travel as psql variables (-v name=value, used as :'name'), never pasted into
@@ -59,6 +65,8 @@ number IDLE_WAIT "$IDLE_WAIT" 0
 number PING "$PING" 0
 number SNOOZE "$SNOOZE" -1
 [[ -n $STAGE ]] || usage_error "STAGE must not be empty"
+POOLER=${SKIPLOCK_POOLER:-none}
+[[ $POOLER =~ ^(none|session|transaction)$ ]] || usage_error "SKIPLOCK_POOLER must be none, session or transaction, not '$POOLER'"
 
 WORKER_NAME="$(hostname):$$"
 BEAT=$(awk -v l="$LEASE" 'BEGIN { print l / 3 }')
@@ -262,6 +270,11 @@ listener_died() {
 
 wait_for_work() {  # returns when notified, after IDLE_WAIT seconds, or on SIGTERM
     local line rc=0 deadline=$(( ${EPOCHREALTIME/./} + IDLE_WAIT_US ))
+    if [[ $POOLER == transaction ]]; then   # no listener: the poll alone
+        sleep "$IDLE_WAIT" & wait $!          # wait, unlike sleep, returns on SIGTERM
+        kill $! 2>/dev/null
+        return 0
+    fi
     if [[ -z $listen_pid ]]; then
         start_listener            # it died: restart it, and take again before sleeping
         return 0
@@ -299,7 +312,7 @@ drain_listener() {  # after a batch: have psql read its socket, so notifications
     (( rc > 128 )) || listener_died   # EOF: it died while the batch ran (not a timeout)
 }
 
-start_listener                    # LISTEN before the first take: no enqueue slips between
+[[ $POOLER == transaction ]] || start_listener   # LISTEN before the first take: no enqueue slips between
 while ! $stopping; do
     if ! batch=$(take); then
         echo "take_next failed; retrying in 1 s" >&2

@@ -17,8 +17,14 @@
 // it gives up after one more try and exits 1 (run() rejects with an Unreachable error): the leases
 // of the tasks it held run out and reap_hung() hands them back.
 //
+// Through a connection pooler in transaction mode (PgBouncer pool_mode=transaction), set
+// SKIPLOCK_POOLER=transaction (option listen: false): the idle worker then polls every IDLE_WAIT
+// seconds instead of LISTEN, whose notifications would reach a server connection, not us.
+// node-postgres never prepares a named statement unless asked, so nothing else changes.
+//
 // Settings (environment): DATABASE_URL, STAGE (default), BATCH (10, 1 to 10000), LEASE seconds
-// (60), IDLE_WAIT seconds (5). A bad value prints a message and exits 2.
+// (60), IDLE_WAIT seconds (5), SKIPLOCK_POOLER (none, session or transaction). A bad value prints
+// a message and exits 2.
 
 const os = require('node:os');
 const { Client, DatabaseError } = require('pg');
@@ -73,11 +79,11 @@ async function handle(task) {
 
 class Worker {
   constructor({ url, stage = 'default', batch = 10, lease = 60, idleWait = 5, handler = handle,
-                name = `${os.hostname()}:${process.pid}` }) {
+                name = `${os.hostname()}:${process.pid}`, listen = true }) {
     if (!Number.isInteger(batch) || batch < 1 || batch > 10000) throw new RangeError(`batch: ${batch}: expected an integer from 1 to 10000`);
     if (!Number.isFinite(lease) || lease <= 0) throw new RangeError(`lease: ${lease}: expected seconds > 0`);
     if (!Number.isFinite(idleWait) || idleWait <= 0) throw new RangeError(`idleWait: ${idleWait}: expected seconds > 0`);
-    Object.assign(this, { url, stage, batch, lease, idleWait, handler, name });
+    Object.assign(this, { url, stage, batch, lease, idleWait, handler, name, listens: listen });
     this.counters = { taken: 0, finished: 0, failed: 0, snoozed: 0, lost: 0 };
     this.held = new Map();    // id -> lease of the tasks not finished or failed yet
     this.stopping = false;
@@ -172,7 +178,7 @@ class Worker {
 
   async run() {
     // LISTEN before the first take: a task enqueued in between still wakes us.
-    await this.listen();
+    if (this.listens) await this.listen();
     const beat = setInterval(() => { if (!this.beating) this.beat = this.heartbeat(); }, (this.lease * 1000) / 3);
     try {
       while (!this.stopping) {
@@ -300,7 +306,13 @@ function setting(env, name, fallback, { integer = false, min, max = Infinity }) 
 
 async function main() {
   const env = process.env;
+  const pooler = (env.SKIPLOCK_POOLER || 'none').trim().toLowerCase() || 'none';
+  if (!['none', 'session', 'transaction'].includes(pooler)) {
+    console.error(`worker.js: SKIPLOCK_POOLER=${JSON.stringify(env.SKIPLOCK_POOLER)}: expected none, session or transaction`);
+    process.exit(2);
+  }
   const worker = new Worker({
+    listen: pooler !== 'transaction',
     url: env.DATABASE_URL,
     stage: env.STAGE || 'default',
     batch: setting(env, 'BATCH', 10, { integer: true, min: 1, max: 10000 }),

@@ -21,7 +21,11 @@ from psycopg.types.json import Jsonb
 def main(argv: list[str]) -> int:
     lines = argv or [line for line in sys.stdin if line.strip()]
     payloads = [Jsonb(json.loads(line)) for line in lines]
-    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+    # One statement: nothing is prepared. A producer that repeats statements through a transaction
+    # pooler (PgBouncer pool_mode=transaction) connects with prepare_threshold=None.
+    pooled = os.environ.get("SKIPLOCK_POOLER", "").strip().lower() == "transaction"
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True,
+                         prepare_threshold=None if pooled else 5) as conn:
         rows = conn.execute("SELECT queue.enqueue_batch(payloads => %s::jsonb[], stage => %s)",
                             (payloads, os.environ.get("STAGE", "default"))).fetchall()
     for (task_id,) in rows:

@@ -9,6 +9,11 @@ long. When the stage is empty the worker sleeps on LISTEN "skiplock.<stage>" (en
 NOTIFY) and polls anyway every IDLE_WAIT seconds, so a lost notification never strands a task.
 SIGTERM or Ctrl-C: finish the batch in hand, then exit 0.
 
+Through a connection pooler in transaction mode (PgBouncer pool_mode=transaction), set
+SKIPLOCK_POOLER=transaction: statements are then never prepared on the server (the next
+transaction may run on a server connection that does not have them) and the idle worker polls
+every IDLE_WAIT seconds instead of LISTEN (a notification reaches a server connection, not us).
+
 A lost connection (a terminated backend, a server restart) is logged and the worker reconnects,
 for ever, after 0.1 s, then twice as long each time up to 5 s: the results of the batch in hand
 are reported with their leases (still valid) once it is back, the rest of the batch runs, LISTEN
@@ -57,6 +62,11 @@ STAGE = os.environ.get("STAGE", "default")
 BATCH = int(setting("BATCH", "10", int, 1, 10000))
 LEASE = setting("LEASE", "60", float, 0.001)
 IDLE_WAIT = setting("IDLE_WAIT", "5", float, 0.001)
+POOLER = os.environ.get("SKIPLOCK_POOLER", "none").strip().lower() or "none"
+if POOLER not in ("none", "session", "transaction"):
+    print(f"worker.py: SKIPLOCK_POOLER={POOLER!r}: expected none, session or transaction", file=sys.stderr)
+    sys.exit(2)
+SESSIONS = POOLER != "transaction"   # LISTEN and prepared statements stay with our connection
 NAME = f"{socket.gethostname()}:{os.getpid()}"
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0   # seconds between reconnection attempts
 
@@ -128,8 +138,9 @@ class Db:
         while self.conn is None or self.conn.closed:
             conn = None
             try:
-                conn = psycopg.connect(URL, autocommit=True)
-                if self.listen:  # notifications sent while we were away are lost: the caller takes now
+                conn = psycopg.connect(URL, autocommit=True,
+                                       prepare_threshold=5 if SESSIONS else None)
+                if self.listen and SESSIONS:  # notifications sent while we were away are lost: the caller takes now
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier("skiplock." + STAGE)))
                 self.conn = conn
             except psycopg.OperationalError as e:
@@ -278,7 +289,9 @@ def wait_for_notify(db: Db) -> None:
         try:
             conn = db.connected()
             idle = True
-            if not stopping:
+            if not stopping and not SESSIONS:
+                stop_event.wait(IDLE_WAIT)   # the poll alone: no LISTEN through the pooler
+            elif not stopping:
                 for _ in conn.notifies(timeout=IDLE_WAIT, stop_after=1):
                     pass
         except psycopg.Error as e:

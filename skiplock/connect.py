@@ -1,0 +1,69 @@
+"""Connections for every command, and what a connection pooler between us and the server allows.
+
+SKIPLOCK_POOLER (or `skiplock --pooler MODE …`, which sets it for the command and what it starts)
+says what sits between the commands and PostgreSQL:
+  none         a direct connection (the default)
+  session      a pooler in session mode (PgBouncer pool_mode=session): a client keeps its server
+               connection until it disconnects, so everything works as on a direct connection
+  transaction  a pooler in transaction mode (PgBouncer pool_mode=transaction): each transaction may
+               run on another server connection. Statements are never prepared on the server
+               (psycopg prepares a statement run 5 times; the next transaction's server connection
+               does not have it), and idle workers poll instead of LISTEN, whose notifications go
+               to a server connection the client no longer holds. Commands that need a session of
+               their own (run-sql) refuse to start.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # psycopg is imported when a connection is made: the CLI parses its options without it
+    import psycopg
+
+POOLER_ENV = "SKIPLOCK_POOLER"
+MODES = ("none", "session", "transaction")
+
+
+class PoolerError(ValueError):
+    """SKIPLOCK_POOLER holds a value that is not one of MODES, or a command needs a session."""
+
+
+def pooler() -> str:
+    """The pooler mode from SKIPLOCK_POOLER: none (also when unset or empty), session or transaction."""
+    mode = os.environ.get(POOLER_ENV, "").strip().lower() or "none"
+    if mode not in MODES:
+        raise PoolerError(f"{POOLER_ENV}={os.environ[POOLER_ENV]!r}: expected one of {', '.join(MODES)}")
+    return mode
+
+
+def has_sessions() -> bool:
+    """Does session state (LISTEN, prepared statements, settings) stay with this client?"""
+    return pooler() != "transaction"
+
+
+def require_session(command: str) -> None:
+    """Refuse a command that needs a server session of its own under transaction pooling."""
+    if not has_sessions():
+        raise PoolerError(f"{command} needs a session of its own (it runs requests on its connection and "
+                          f"cancels them by backend pid): connect it directly or through session pooling, "
+                          f"not with {POOLER_ENV}=transaction")
+
+
+def connect(url: str, **kwargs: Any) -> psycopg.Connection:
+    """psycopg.connect (autocommit unless told otherwise), with server-side prepares off under
+    transaction pooling."""
+    import psycopg
+    kwargs.setdefault("autocommit", True)
+    if not has_sessions():
+        kwargs["prepare_threshold"] = None
+    return psycopg.connect(url, **kwargs)
+
+
+def listen(conn: psycopg.Connection, channel: str) -> bool:
+    """LISTEN on channel where the connection keeps a session; whether it listens (else: poll)."""
+    if not has_sessions():
+        return False
+    import psycopg.sql
+    conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)), prepare=False)
+    return True

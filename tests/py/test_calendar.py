@@ -45,9 +45,10 @@ def test_the_pgtap_suite_passes_whatever_the_date(clock: str, capsys: pytest.Cap
                                          "FAKETIME_CACHE_DURATION": "1",
                                          "FAKETIME_DONT_FAKE_MONOTONIC": "1"}).start()
     try:
-        url = testrun.prepare_tap_database(cluster.url())
+        urls = testrun.prepare_tap_databases(cluster.url())
+        url = urls[0]
         began = set_clock(url, rc, at) if at else server_clock(url)
-        code = testrun.run_pg_prove(url)
+        code = testrun.run_pg_prove(urls)
         ended = server_clock(url)
         out = capsys.readouterr().out
     finally:

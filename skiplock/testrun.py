@@ -156,6 +156,10 @@ def run_pytest(admin_url: str, extra: list[str], template: str | None = None) ->
     env["SKIPLOCK_TEST_ADMIN_URL"] = admin_url
     if template is not None:
         env[TEMPLATE_ENV] = template
+    if any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in extra) and \
+            not any(a.startswith("--dist") for a in extra):
+        # pytest-xdist: a module's tests stay together (some build on what an earlier one left)
+        extra = [*extra, "--dist", "loadscope"]
     proc = subprocess.run([sys.executable, "-m", "pytest", *extra], cwd=ROOT, env=env)
     return proc.returncode
 

@@ -24,7 +24,7 @@ import workload
 STAGE = "compact.load"
 TASKS = 20_000
 WORKERS = 3
-DEADLINE = 180.0  # seconds; the drain takes ~20 s on an idle 2-core machine
+DEADLINE = 600.0  # seconds, only against a hang; the drain takes ~20 s on an idle 2-core machine
 STATS_WAIT = 120.0  # seconds at most for statistics that other backends flush late
 STATS_SQL = "SELECT n_dead_tup, n_live_tup FROM pg_stat_user_tables WHERE relid = 'queue.live_tasks'::regclass"
 ROWS_SQL = "SELECT md5(string_agg(t::text, ',' ORDER BY t.id)) FROM queue.live_tasks t"
@@ -130,10 +130,15 @@ def test_workers_racing_compact_see_every_task_exactly_once(db: str, tmp_path: P
         for p in procs:
             p.start()
         try:
-            # Enqueue in steps while the workers drain and compact() rewrites the table under them.
-            for _ in range(TASKS // 1000):
+            # Enqueue in steps while the workers drain and compact() rewrites the table under them,
+            # until TASKS are in and compact() has rewritten the table at least ten times: on a busy
+            # machine more of its tries time out on the lock, and the race takes longer to happen.
+            while len(ids) < TASKS or compactions < 10:
+                assert time.monotonic() < deadline, (
+                    f"compact() ran only {compactions} times in {DEADLINE:.0f} s ({busy} timed out on the lock)")
                 ids += [r[0] for r in conn.execute(
-                    "SELECT * FROM queue.enqueue_batch(array_fill('{\"doc\": 2}'::jsonb, ARRAY[1000]), %s)", (STAGE,))]
+                    "SELECT * FROM queue.enqueue_batch(array_fill('{\"doc\": 2}'::jsonb, ARRAY[%s]), %s)",
+                    (1000 if len(ids) < TASKS else 100, STAGE))]
                 try:
                     compactions += conn.execute("SELECT count(*) FROM queue.compact()").fetchone()[0]
                 except psycopg.errors.LockNotAvailable:
@@ -148,7 +153,7 @@ def test_workers_racing_compact_see_every_task_exactly_once(db: str, tmp_path: P
         finally:
             stop.set()
             for p in procs:
-                p.join(30)
+                p.join(60)
         records = [workload.read_record(o) for o in outs]
         history = conn.execute("SELECT id, status::text FROM queue.history WHERE stage = %s", (STAGE,)).fetchall()
 

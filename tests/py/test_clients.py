@@ -160,12 +160,12 @@ def live_count(conn: psycopg.Connection, stage: str) -> int:
 def test_client_drains_a_stage(language: str, url: str) -> None:
     """Producer → worker: retries, a fatal task, a task kept alive by heartbeats; SIGTERM → exit 0."""
     stage = f"drain_{language}"
-    lease = 3  # the long task works 4 s: only heartbeats keep the reaper off it
+    lease = 6  # the long task works 8 s: only heartbeats keep the reaper off it (one every 2 s: room under load)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SELECT queue.configure_stage(%s, backoff_base => interval '0', backoff_jitter => 0)",
                      (stage,))
         payloads = [{"n": n, "fail_attempts": 1 if n % 5 == 0 else 0} for n in range(25)]
-        payloads += [{"n": 25, "fatal": True}, {"n": 26, "sleep": 4}]
+        payloads += [{"n": 25, "fatal": True}, {"n": 26, "sleep": 8}]
         ids = produce(language, url, stage, payloads)
         assert len(ids) == len(payloads)
 
@@ -199,10 +199,13 @@ def test_client_snoozes_a_task_without_counting_the_attempt(language: str, url: 
     stage = f"snooze_{language}"
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SELECT queue.configure_stage(%s, max_attempts => 1)", (stage,))
-        until = time.time() + 1.5
-        ids = produce(language, url, stage, [{"n": n, "snooze_until": until} for n in range(3)])
+        # The worker first (it starts while the stage is empty), then the tasks, due to run from
+        # `until` on: the worker must take them before then, and a busy machine takes its time to
+        # start a producer. It takes them at once (NOTIFY; the poll is 0.3 s).
         worker = ClientWorker(language, url, stage, BATCH=3, IDLE_WAIT=0.3, SNOOZE=0.3)
         try:
+            until = time.time() + 5
+            ids = produce(language, url, stage, [{"n": n, "snooze_until": until} for n in range(3)])
             wait_until("the stage to drain", lambda: live_count(conn, stage) == 0, 60, worker)
         finally:
             code = worker.stop()

@@ -10,9 +10,9 @@ APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pg
 demo: venv
 	$(PY) -m skiplock demo
 
-## test: lint, then pgTAP (pg_prove) and pytest against a throwaway cluster; never DATABASE_URL
+## test: lint, then pgTAP (pg_prove) and pytest against a throwaway cluster; never DATABASE_URL (TEST_ARGS go to pytest)
 test: system-packages venv
-	$(PY) -m skiplock.testrun
+	$(PY) -m skiplock.testrun $(TEST_ARGS)
 
 ## lint: ruff (all Python) and mypy (skiplock/), as configured in pyproject.toml; `make test` runs it first
 lint: venv

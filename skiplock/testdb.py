@@ -1,4 +1,5 @@
-"""Test databases: the pgTAP database, one database a test module, pg_prove and pytest runs.
+"""Test databases: a migrated template, copies of it for pgTAP and each test module, pg_prove
+side by side, and pytest.
 
 Shared by skiplock.testrun (`make test`) and skiplock.versions (the other PostgreSQL majors).
 """
@@ -9,7 +10,9 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import uuid
+from pathlib import Path
 
 import psycopg
 
@@ -17,20 +20,55 @@ from skiplock import migrate
 from skiplock.sqlfiles import ROOT
 
 TAP_DB = "skiplock_pgtap"
+# pg_prove runs one file at a time, one backend busy: two of them, each on a database of its own
+# taking the next file in turn, keep both cores of a 2-core machine busy (one database for all,
+# with pg_prove -j, would let files that take the same locks or count the same rows meet).
+TAP_JOBS = 2
+# The name of the template database `make test` built, for pytest's fixtures to copy.
+TEMPLATE_ENV = "SKIPLOCK_TEST_TEMPLATE"
 
 
-def prepare_tap_database(admin_url: str, plpgsql_check: bool = True) -> str:
-    """A database built by the migrations, with pgTAP (and plpgsql_check unless told not to)."""
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{TAP_DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{TAP_DB}"')
-    url = db_url(admin_url, TAP_DB)
+def prepare_template(admin_url: str) -> str:
+    """A new database built by `alembic upgrade head` (what we ship), to copy test databases from.
+
+    It is closed to connections once built: CREATE DATABASE ... TEMPLATE fails while any session
+    is connected to the template, and a copy takes a fraction of the seconds a migration takes.
+    Returns its name; drop it with drop_template().
+    """
+    url = create_database(admin_url, "skiplock_template")
     migrate.upgrade(url)
+    name = str(psycopg.conninfo.conninfo_to_dict(url)["dbname"])
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+    return name
+
+
+def drop_template(admin_url: str, name: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def prepare_tap_database(admin_url: str, template: str | None = None, name: str = TAP_DB,
+                         plpgsql_check: bool = True) -> str:
+    """A pgTAP database: a copy of `template` when given, else migrated here; with plpgsql_check
+    unless told not to (it exists for the machine's major only)."""
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+    url = db_url(admin_url, name)
+    if template is None:
+        migrate.upgrade(url)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pgtap")
         if plpgsql_check:
             conn.execute("CREATE EXTENSION IF NOT EXISTS plpgsql_check")
     return url
+
+
+def prepare_tap_databases(admin_url: str, template: str | None = None, count: int = TAP_JOBS) -> list[str]:
+    """`count` pgTAP databases, one for each pg_prove that run_pg_prove runs side by side."""
+    return [prepare_tap_database(admin_url, template, TAP_DB if k == 0 else f"{TAP_DB}_{k + 1}")
+            for k in range(count)]
 
 
 def db_url(admin_url: str, dbname: str) -> str:
@@ -40,11 +78,12 @@ def db_url(admin_url: str, dbname: str) -> str:
     return psycopg.conninfo.make_conninfo("", **params)
 
 
-def create_database(admin_url: str, prefix: str) -> str:
-    """A new database with a unique name on admin_url's server; returns its URL."""
+def create_database(admin_url: str, prefix: str, template: str | None = None) -> str:
+    """A new database with a unique name on admin_url's server, empty or a copy of `template`
+    (see prepare_template); returns its URL."""
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     return db_url(admin_url, name)
 
 
@@ -54,30 +93,74 @@ def drop_database(admin_url: str, url: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def run_pg_prove(url: str) -> int:
+def _pg_prove(url: str, files: list[Path]) -> subprocess.Popen:
+    """pg_prove on these files (paths from the checkout's root) against url."""
     params = psycopg.conninfo.conninfo_to_dict(url)
     env = dict(os.environ)
     for key, var in (("host", "PGHOST"), ("port", "PGPORT"), ("user", "PGUSER"),
                      ("dbname", "PGDATABASE"), ("password", "PGPASSWORD")):
         if params.get(key):
             env[var] = str(params[key])
-    tests = ROOT / "tests" / "sql"
-    # --ext .sql: without it pg_prove looks for *.pg, finds nothing and still exits 0.
-    proc = subprocess.run(["pg_prove", "--ext", ".sql", "-r", "--failures", str(tests)],
-                          env=env, cwd=ROOT, capture_output=True, text=True)
-    sys.stdout.write(proc.stdout)
-    sys.stderr.write(proc.stderr)
-    sys.stdout.flush()
-    counted = re.search(r"Files=(\d+), Tests=(\d+)", proc.stdout)
-    if counted is None or int(counted.group(1)) == 0 or int(counted.group(2)) == 0:
-        print("pg_prove ran no test: failing (check tests/sql and --ext .sql)")
-        return 1
-    return proc.returncode
+    return subprocess.Popen(["pg_prove", "--failures", *map(str, files)],
+                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def run_pytest(admin_url: str, extra: list[str]) -> int:
+def run_pg_prove(urls: str | list[str]) -> int:
+    """tests/sql through pg_prove, one file at a time on each of the databases `urls` side by side,
+    each taking the next file when it is done; prints each file's line (all of pg_prove's output
+    for a file that failed) and a total. Fails unless every file passed and tests ran."""
+    urls = [urls] if isinstance(urls, str) else list(urls)
+    files = sorted((ROOT / "tests" / "sql").rglob("*.sql"))
+    pending = list(files)
+    lock = threading.Lock()
+    results: dict[Path, tuple[int, str, str]] = {}
+
+    def work(url: str) -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+                file = pending.pop(0)
+            try:
+                proc = _pg_prove(url, [file.relative_to(ROOT)])
+                out, err = proc.communicate()
+                results[file] = (proc.returncode, out, err)
+            except OSError as e:  # pg_prove missing: the file fails, the others still run
+                results[file] = (127, "", f"pg_prove: {e}\n")
+
+    threads = [threading.Thread(target=work, args=(url,)) for url in urls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    code = 0 if files else 1
+    tests = 0
+    for file in files:
+        rc, out, err = results[file]
+        counted = re.search(r"Files=(\d+), Tests=(\d+)", out)
+        ran = int(counted.group(2)) if counted else 0
+        tests += ran
+        if rc != 0 or ran == 0:
+            code = 1
+            sys.stdout.write(out)
+            sys.stderr.write(err)
+        else:
+            sys.stdout.write(out.splitlines()[0].strip() + "\n")
+    # --ext .sql once let a directory run find nothing and exit 0: a run without tests fails.
+    print(f"Files={len(files)}, Tests={tests}, {len(urls)} pg_prove side by side")
+    print("Result: " + ("PASS" if code == 0 and tests > 0 else "FAIL"), flush=True)
+    return code if tests > 0 else 1
+
+
+def run_pytest(admin_url: str, extra: list[str], template: str | None = None) -> int:
     env = dict(os.environ)
     env.pop("DATABASE_URL", None)  # the tests must never find the user's database
     env["SKIPLOCK_TEST_ADMIN_URL"] = admin_url
+    if template is not None:
+        env[TEMPLATE_ENV] = template
+    if any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in extra) and \
+            not any(a.startswith("--dist") for a in extra):
+        # pytest-xdist: a module's tests stay together (some build on what an earlier one left)
+        extra = [*extra, "--dist", "loadscope"]
     proc = subprocess.run([sys.executable, "-m", "pytest", *extra], cwd=ROOT, env=env)
     return proc.returncode

@@ -41,6 +41,20 @@
 
 set -uo pipefail
 
+# Started with SIGINT or SIGTERM ignored (a background job of a non-interactive shell starts with
+# SIGINT ignored, and so do the children of many schedulers), bash cannot trap it: Ctrl-C would
+# never stop the worker. Start again, once, with the default dispositions.
+if [[ $(trap -p INT TERM) == *"''"* && -z ${SKIPLOCK_WORKER_REEXEC:-} ]]; then
+    export SKIPLOCK_WORKER_REEXEC=1
+    if env --default-signal=INT true 2> /dev/null; then
+        exec env --default-signal=INT,TERM "$BASH" "$0" "$@"
+    elif command -v perl > /dev/null; then
+        exec perl -e '$SIG{INT} = $SIG{TERM} = "DEFAULT"; exec { $ARGV[0] } @ARGV or die "exec: $!\n"' "$BASH" "$0" "$@"
+    fi
+    echo "$0: started with SIGINT or SIGTERM ignored and cannot reset it: they will not stop the worker" >&2
+fi
+unset SKIPLOCK_WORKER_REEXEC
+
 usage_error() { echo "$0: $*" >&2; exit 2; }
 [[ -n ${DATABASE_URL:-} ]] || usage_error "set DATABASE_URL"
 (( $# > 0 )) || usage_error "usage: $0 HANDLER [ARGS...]"

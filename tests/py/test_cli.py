@@ -25,9 +25,8 @@ ENV.pop("DATABASE_URL", None)
 
 
 @pytest.fixture(scope="module")
-def url(admin_url: str) -> Iterator[str]:
-    u = skiplock.testrun.create_database(admin_url, "test_cli")
-    migrate.upgrade(u)  # alembic upgrade head: what we ship
+def url(admin_url: str, template_db: str) -> Iterator[str]:
+    u = skiplock.testrun.create_database(admin_url, "test_cli", template=template_db)  # alembic upgrade head: what we ship
     try:
         yield u
     finally:
@@ -44,7 +43,7 @@ def skiplock_cmd(url: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "skiplock", "--db", url, *args]
 
 
-def run(url: str, *args: str, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+def run(url: str, *args: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(skiplock_cmd(url, *args), input=input, capture_output=True, text=True,
                           timeout=timeout, env=ENV, cwd=ROOT)
 
@@ -59,7 +58,8 @@ def enqueue(conn: psycopg.Connection, stage: str, *payloads: dict) -> list[int]:
                                        ([json.dumps(p) for p in payloads], stage))]
 
 
-def wait_for(predicate, timeout: float = 20.0, every: float = 0.1) -> None:
+def wait_for(predicate, timeout: float = 90.0, every: float = 0.1) -> None:
+    """Until predicate() holds; `timeout` only bounds a hang (it returns as soon as it holds)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
@@ -163,7 +163,8 @@ def test_worker_snooze_exit_code_hands_the_task_back_without_counting_the_attemp
         "SELECT id, status::text, attempt, error_text, run_at, updated FROM queue.live_tasks WHERE stage = 'cli.snooze'").fetchall()
     assert (task_id, status, attempt, error) == (task, "ready", 0, None)  # handed back, nothing counted
     assert 0.45 < (run_at - updated).total_seconds() < 0.55
-    time.sleep(0.6)
+    wait_for(lambda: conn.execute("SELECT run_at <= clock_timestamp() FROM queue.live_tasks WHERE id = %s",
+                                  (task,)).fetchone()[0])  # the snooze is over
     proc = run(url, "worker", "--stage", "cli.snooze", "--snooze-exit-code", "75", "--until-empty", "--", "sh", "-c", script)
     assert proc.returncode == 0, proc.stderr
     assert rows(conn, "cli.snooze") == [(task, "done", 1, None)]
@@ -217,7 +218,9 @@ def test_heartbeat_keeps_a_long_command_alive(url: str, conn: psycopg.Connection
     t = threading.Thread(target=reaper)
     t.start()
     try:
-        proc = run(url, "worker", "--stage", "cli.long", "--lease", "2", "--until-empty", "--", "sleep", "5")
+        # A command that outlives two leases; a lease of 3 s (a heartbeat every second) leaves a
+        # heartbeat 2 s of slack on a loaded machine.
+        proc = run(url, "worker", "--stage", "cli.long", "--lease", "3", "--until-empty", "--", "sleep", "7")
     finally:
         stop.set()
         t.join()
@@ -234,11 +237,11 @@ def test_lease_lost_kills_the_command_and_records_nothing(url: str, conn: psycop
     try:
         wait_for(lambda: rows(conn, "cli.lost")[0][1] == "running")
         conn.execute("SELECT queue.cancel(%s)", (task,))
-        _, err = proc.communicate(timeout=20)
+        _, err = proc.communicate(timeout=50)
     finally:
         proc.kill()
     assert proc.returncode == 0, err
-    assert time.monotonic() - started < 20
+    assert time.monotonic() - started < 50  # the command (sleep 60) was killed, not waited for
     assert "lease lost" in err
     assert rows(conn, "cli.lost") == [(task, "cancelled", 1, None)]
 
@@ -259,7 +262,7 @@ def test_sigterm_drains_running_commands(url: str, conn: psycopg.Connection) -> 
     try:
         wait_for(lambda: _running(conn, "cli.drain") == 2)
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=25)
+        _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 0, err
@@ -276,11 +279,11 @@ def test_sigterm_past_the_grace_releases_the_tasks_without_using_an_attempt(url:
         wait_for(lambda: _running(conn, "cli.grace") == 2)
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=25)
+        _, err = proc.communicate(timeout=50)
     finally:
         proc.kill()
     assert proc.returncode == 0, err
-    assert time.monotonic() - sent < 10
+    assert time.monotonic() - sent < 50  # the grace (1 s) ended the commands (sleep 60)
     result = conn.execute("SELECT status::text, attempt, run_at <= now(), error_text "
                           "FROM queue.tasks WHERE stage = 'cli.grace'").fetchall()
     assert result == [("ready", 0, True, None)] * 2
@@ -316,15 +319,24 @@ def test_maintain(url: str) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "maintain" in proc.stdout
     loop = subprocess.Popen(skiplock_cmd(url, "maintain", "--every", "0.2"), stdout=subprocess.PIPE, text=True, env=ENV)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(loop.stdout), daemon=True)
+    reader.start()
     try:
-        first = loop.stdout.readline()  # a call made: the signal handlers are in place (a slow start is not a failure)
-        time.sleep(1.5)
+        # Two calls printed: the loop runs, and its handlers are in place (installed before the
+        # first call). A fixed sleep sent SIGTERM before that on a loaded machine.
+        def two_calls() -> bool:
+            assert loop.poll() is None, f"maintain exited with {loop.returncode} before SIGTERM: {lines}"
+            return sum("maintain" in line for line in lines) >= 2
+        wait_for(two_calls)
         loop.send_signal(signal.SIGTERM)
-        out, _ = loop.communicate(timeout=20)
+        loop.wait(timeout=60)
+        reader.join(timeout=60)
     finally:
         loop.kill()
+    out = "".join(lines)
     assert loop.returncode == 0
-    assert (first + out).count("maintain") >= 2
+    assert out.count("maintain") >= 2
 
 
 def test_maintain_loop_survives_calls_that_fail_and_reaps_once_they_stop(url: str, conn: psycopg.Connection) -> None:
@@ -367,15 +379,15 @@ def test_maintain_loop_survives_calls_that_fail_and_reaps_once_they_stop(url: st
         assert rows(conn, "cli.maintain.err")[0][1] == "running"  # the failed calls reaped nothing
 
         conn.execute("UPDATE queue.history_policy SET retention = %s", (before[0],))  # the setting fixed
-        wait_for(alive_and(lambda: rows(conn, "cli.maintain.err")[0][1] != "running"), timeout=30)
+        wait_for(alive_and(lambda: rows(conn, "cli.maintain.err")[0][1] != "running"))
         wait_for(alive_and(lambda: any("reap_hung" in line and "count=1" in line for line in out)))
         assert rows(conn, "cli.maintain.err")[0][3].startswith("lease expired")
         time.sleep(0.5)
         assert loop.poll() is None  # still looping
         loop.send_signal(signal.SIGTERM)
-        loop.wait(timeout=20)
+        loop.wait(timeout=60)
         for r in readers:
-            r.join(timeout=5)
+            r.join(timeout=60)
         assert loop.returncode == 0, "".join(err)
     finally:
         if loop is not None:
@@ -446,7 +458,7 @@ def test_demo_rejects_a_count_below_one() -> None:
     env = dict(ENV, DATABASE_URL=_unreachable_url())  # were they accepted, no cluster would be started
     for args in (["--tasks", "-5"], ["--workers", "0"]):
         proc = subprocess.run([sys.executable, "-m", "skiplock", "demo", *args], capture_output=True, text=True,
-                              env=env, cwd=ROOT, timeout=30)
+                              env=env, cwd=ROOT, timeout=60)
         assert proc.returncode == 2 and "must be positive" in proc.stderr, (args, proc.stderr)
 
 
@@ -510,12 +522,18 @@ def test_worker_log_line_keeps_the_last_line_of_stderr(url: str, conn: psycopg.C
 
 def test_sigterm_with_nothing_running_does_not_report_draining(url: str) -> None:
     proc = _start_worker(url, "cli.idle", "--poll", "0.5", "--", "true")
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
     try:
+        wait_for(lambda: any("slot(s) running" in line for line in lines))  # its handlers are in place
         time.sleep(5.5)  # the progress line came every 5 s, counted from the start: at once on the signal
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=15)
+        proc.wait(timeout=60)
+        reader.join(timeout=60)
     finally:
         proc.kill()
+    err = "".join(lines)
     assert proc.returncode == 0, err
     assert "draining" not in err and "0 command(s)" not in err, err
 
@@ -552,8 +570,8 @@ def test_worker_killed_with_sigkill_takes_its_command_with_it(url: str, conn: ps
     try:
         command = _pid_from(pidfile)
         proc.kill()  # SIGKILL: the worker cannot clean up; its command must not outlive it
-        proc.communicate(timeout=10)
-        assert _wait_gone(command, 5), "the command outlived its worker"
+        proc.communicate(timeout=60)
+        assert _wait_gone(command, 30), "the command outlived its worker"
     finally:
         proc.kill()
         if command is not None and not _gone(command):
@@ -577,8 +595,8 @@ def test_worker_sigterm_with_the_database_down_kills_the_command_and_exits_1(tmp
         cluster.stop(mode="fast", remove=False)
         time.sleep(1.0)  # a heartbeat or two fails
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=15)
-        assert _wait_gone(command, 3), f"the command outlived its worker:\n{err}"
+        _, err = proc.communicate(timeout=90)  # grace 1 s, the kill, retries of the release (bounded)
+        assert _wait_gone(command, 30), f"the command outlived its worker:\n{err}"
         assert proc.returncode == 1, err
         assert f"task {task} could not be released: cannot reach the database" in err, err
     finally:

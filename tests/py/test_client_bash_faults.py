@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -29,12 +30,22 @@ BASH = ROOT / "clients" / "bash"
 WORKER = [str(BASH / "worker.sh"), str(BASH / "example-handler.sh")]
 
 
+# Starts a command with SIGINT as argv[1] says ("default" or "ignored"), whatever this process
+# inherited: pytest started from a background job of a shell runs with SIGINT ignored, and a test
+# must not depend on how it was launched.
+WITH_SIGINT = ("import os, signal, sys; "
+               "signal.signal(signal.SIGINT, signal.SIG_IGN if sys.argv[1] == 'ignored' else signal.SIG_DFL); "
+               "os.execv(sys.argv[2], sys.argv[2:])")
+
+
 class BashWorker:
     """worker.sh as a subprocess in a process group of its own (its pid is the group's id)."""
 
-    def __init__(self, url: str, stage: str, handler: str | None = None, **settings: object) -> None:
+    def __init__(self, url: str, stage: str, handler: str | None = None, sigint: str = "default",
+                 **settings: object) -> None:
         env = dict(os.environ, DATABASE_URL=url, STAGE=stage, **{k: str(v) for k, v in settings.items()})
         command = WORKER if handler is None else [WORKER[0], handler]
+        command = [sys.executable, "-c", WITH_SIGINT, sigint, *command]
         self.proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, errors="replace", start_new_session=True)
         self.output: list[str] = []
@@ -44,7 +55,7 @@ class BashWorker:
     def log(self) -> str:
         return "".join(self.output)
 
-    def signal_and_wait(self, sig: int, group: bool = False, timeout: float = 15) -> int:
+    def signal_and_wait(self, sig: int, group: bool = False, timeout: float = 60) -> int:
         """Send sig (to the whole process group, as a terminal does, when group), then its exit code."""
         if self.proc.poll() is None:
             if group:
@@ -119,7 +130,7 @@ def listening(url: str) -> bool:
 def test_bash_worker_rejects_a_setting_that_is_not_a_number(db: str, setting: dict[str, str]) -> None:
     """BATCH=abc once looped on "take_next failed": now a clear message and exit code 2 at start."""
     env = dict(os.environ, DATABASE_URL=db, STAGE="bad_setting", **setting)
-    proc = subprocess.run(WORKER, env=env, capture_output=True, text=True, timeout=10)
+    proc = subprocess.run(WORKER, env=env, capture_output=True, text=True, timeout=60)
     (name,) = setting
     assert proc.returncode == 2, f"{proc.returncode}\n{proc.stderr}"
     assert name in proc.stderr and setting[name] in proc.stderr, proc.stderr
@@ -132,18 +143,18 @@ def test_bash_worker_survives_losing_its_connections(db: str) -> None:
     worker = BashWorker(db, stage, IDLE_WAIT=1, LEASE=30)
     try:
         for _ in range(2):  # idle: the listener dies under wait_for_work's read
-            wait_until("the worker to listen", lambda: listening(db), 10, worker)
+            wait_until("the worker to listen", lambda: listening(db), 60, worker)
             assert terminate_psql_backends(db) >= 1
             time.sleep(0.3)
         # while a handler runs: the listener dies unseen, drain_listener finds it dead
-        wait_until("the worker to listen again", lambda: listening(db), 10, worker)
+        wait_until("the worker to listen again", lambda: listening(db), 60, worker)
         slow = enqueue(db, stage, {"sleep": 1.5})
-        wait_until("the slow task to start", lambda: running(db, slow), 10, worker)
+        wait_until("the slow task to start", lambda: running(db, slow), 60, worker)
         time.sleep(0.2)
         assert terminate_psql_backends(db) >= 1
-        wait_until("the slow task to end", lambda: ended(db, slow), 10, worker)
+        wait_until("the slow task to end", lambda: ended(db, slow), 60, worker)
         later = enqueue(db, stage, {"n": 1})
-        wait_until("a task enqueued later to be done", lambda: ended(db, later), 10, worker)
+        wait_until("a task enqueued later to be done", lambda: ended(db, later), 60, worker)
         assert ended(db, slow) == ("done", 1), worker.log()
         assert ended(db, later) == ("done", 1), worker.log()
     finally:
@@ -153,14 +164,17 @@ def test_bash_worker_survives_losing_its_connections(db: str) -> None:
     assert "the listener died; restarting it" in worker.log(), worker.log()
 
 
-def test_bash_worker_finishes_the_batch_on_ctrl_c(db: str) -> None:
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_bash_worker_finishes_the_batch_on_ctrl_c(db: str, sigint: str) -> None:
     """SIGINT to the whole process group mid-handler: the handler is not interrupted, the batch is
-    finished (no attempt failed), the worker exits 0."""
-    stage = "ctrl_c"
+    finished (no attempt failed), the worker exits 0. Also when the worker was started with SIGINT
+    ignored (a background job of a non-interactive shell is): bash cannot trap a signal ignored
+    at its start, so the worker starts itself again with the default disposition."""
+    stage = f"ctrl_c_{sigint}"
     ids = [enqueue(db, stage, {"sleep": 2}), enqueue(db, stage, {"n": 1})]
-    worker = BashWorker(db, stage, BATCH=2, IDLE_WAIT=0.5)
+    worker = BashWorker(db, stage, sigint=sigint, BATCH=2, IDLE_WAIT=0.5)
     try:
-        wait_until("the batch to be taken", lambda: all(running(db, i) for i in ids), 10, worker)
+        wait_until("the batch to be taken", lambda: all(running(db, i) for i in ids), 60, worker)
         time.sleep(0.5)  # the first handler is sleeping
     finally:
         code = worker.signal_and_wait(signal.SIGINT, group=True)
@@ -175,11 +189,11 @@ def test_bash_worker_does_not_retry_a_finish_whose_lease_is_lost(db: str) -> Non
     first = enqueue(db, stage, {"sleep": 1.5})
     worker = BashWorker(db, stage, BATCH=1, LEASE=30, IDLE_WAIT=0.5)
     try:
-        wait_until("the task to start", lambda: running(db, first), 10, worker)
+        wait_until("the task to start", lambda: running(db, first), 60, worker)
         with psycopg.connect(db, autocommit=True) as conn:
             conn.execute("SELECT queue.cancel(%s)", (first,))
         second = enqueue(db, stage, {"n": 2})
-        wait_until("the next task to be done", lambda: ended(db, second), 10, worker)
+        wait_until("the next task to be done", lambda: ended(db, second), 60, worker)
     finally:
         code = worker.signal_and_wait(signal.SIGTERM)
     assert code == 0, worker.log()
@@ -204,7 +218,7 @@ def test_bash_worker_records_a_failure_whose_stderr_is_not_utf8(db: str, tmp_pat
     task = enqueue(db, stage, {"n": 1})
     worker = BashWorker(db, stage, handler=str(handler), LEASE=30, IDLE_WAIT=0.5)
     try:
-        wait_until("the failure to be recorded", lambda: ended(db, task), 10, worker)
+        wait_until("the failure to be recorded", lambda: ended(db, task), 60, worker)
     finally:
         code = worker.signal_and_wait(signal.SIGTERM)
     assert code == 0, worker.log()
@@ -234,15 +248,16 @@ def test_bash_worker_retries_a_finish_while_the_database_restarts(restart_cluste
     task = enqueue(url, stage, {"sleep": 1})
     worker = BashWorker(url, stage, LEASE=20, IDLE_WAIT=1)
     try:
-        wait_until("the task to start", lambda: running(url, task), 10, worker)
+        wait_until("the task to start", lambda: running(url, task), 60, worker)
         restart_cluster.stop(mode="fast", remove=False)
-        time.sleep(3)  # the handler ends, its finish fails while the server is down
+        # the handler ends, its finish fails while the server is down
+        wait_until("the finish to fail", lambda: f"finish on {task} failed; retrying" in worker.log(), 60, worker)
         restart_cluster._run(devdb.pg_bin() / "pg_ctl", "-D", restart_cluster.datadir,
                              "-l", restart_cluster.logfile, "-w", "-t", "60", "start")
-        wait_until("the task to end", lambda: ended(url, task), 10, worker)
+        wait_until("the task to end", lambda: ended(url, task), 60, worker)
         assert ended(url, task) == ("done", 1), worker.log()
         later = enqueue(url, stage, {"n": 1})
-        wait_until("a task enqueued after the restart to be done", lambda: ended(url, later), 10, worker)
+        wait_until("a task enqueued after the restart to be done", lambda: ended(url, later), 60, worker)
     finally:
         code = worker.signal_and_wait(signal.SIGTERM)
     assert code == 0, worker.log()

@@ -26,7 +26,6 @@ from urllib.parse import quote, urlencode
 import psycopg
 import pytest
 
-from skiplock import migrate
 from skiplock.sqlfiles import ROOT
 from skiplock.testrun import create_database, drop_database
 from skiplock.worker import Fail, Task, Worker
@@ -36,11 +35,10 @@ NODE_DIR = CLIENTS / "node"
 
 
 @pytest.fixture(scope="module")
-def url(admin_url: str) -> Iterator[str]:
+def url(admin_url: str, template_db: str) -> Iterator[str]:
     """A database built by the migrations, for this module."""
-    db = create_database(admin_url, "test_clients")
+    db = create_database(admin_url, "test_clients", template=template_db)  # alembic upgrade head: what we ship
     try:
-        migrate.upgrade(db)  # alembic upgrade head: what we ship
         yield db
     finally:
         drop_database(admin_url, db)
@@ -161,12 +159,12 @@ def live_count(conn: psycopg.Connection, stage: str) -> int:
 def test_client_drains_a_stage(language: str, url: str) -> None:
     """Producer → worker: retries, a fatal task, a task kept alive by heartbeats; SIGTERM → exit 0."""
     stage = f"drain_{language}"
-    lease = 3  # the long task works 4 s: only heartbeats keep the reaper off it
+    lease = 6  # the long task works 8 s: only heartbeats keep the reaper off it (one every 2 s: room under load)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SELECT queue.configure_stage(%s, backoff_base => interval '0', backoff_jitter => 0)",
                      (stage,))
         payloads = [{"n": n, "fail_attempts": 1 if n % 5 == 0 else 0} for n in range(25)]
-        payloads += [{"n": 25, "fatal": True}, {"n": 26, "sleep": 4}]
+        payloads += [{"n": 25, "fatal": True}, {"n": 26, "sleep": 8}]
         ids = produce(language, url, stage, payloads)
         assert len(ids) == len(payloads)
 
@@ -200,10 +198,13 @@ def test_client_snoozes_a_task_without_counting_the_attempt(language: str, url: 
     stage = f"snooze_{language}"
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SELECT queue.configure_stage(%s, max_attempts => 1)", (stage,))
-        until = time.time() + 1.5
-        ids = produce(language, url, stage, [{"n": n, "snooze_until": until} for n in range(3)])
+        # The worker first (it starts while the stage is empty), then the tasks, due to run from
+        # `until` on: the worker must take them before then, and a busy machine takes its time to
+        # start a producer. It takes them at once (NOTIFY; the poll is 0.3 s).
         worker = ClientWorker(language, url, stage, BATCH=3, IDLE_WAIT=0.3, SNOOZE=0.3)
         try:
+            until = time.time() + 5
+            ids = produce(language, url, stage, [{"n": n, "snooze_until": until} for n in range(3)])
             wait_until("the stage to drain", lambda: live_count(conn, stage) == 0, 60, worker)
         finally:
             code = worker.stop()
@@ -227,9 +228,9 @@ def test_client_drops_a_task_whose_lease_is_lost(language: str, url: str) -> Non
         try:
             wait_until("the task to start", lambda: conn.execute(
                 "SELECT 1 FROM queue.live_tasks WHERE id = %s AND status = 'running'", (task_id,)).fetchone(),
-                30, worker)
+                60, worker)
             conn.execute("SELECT queue.cancel(%s)", (task_id,))
-            wait_until("the worker to notice", lambda: f"lease lost on {task_id}" in worker.log(), 30, worker)
+            wait_until("the worker to notice", lambda: f"lease lost on {task_id}" in worker.log(), 60, worker)
         finally:
             code = worker.stop()
         assert code == 0, worker.log()
@@ -246,7 +247,7 @@ def test_client_finishes_its_batch_on_sigterm(language: str, url: str) -> None:
         try:
             wait_until("the batch to be taken", lambda: conn.execute(
                 "SELECT count(*) = 2 FROM queue.live_tasks WHERE stage = %s AND status = 'running'",
-                (stage,)).fetchone()[0], 30, worker)
+                (stage,)).fetchone()[0], 60, worker)
         finally:
             code = worker.stop()
         assert code == 0, worker.log()
@@ -277,29 +278,31 @@ def terminate(conn: psycopg.Connection, app: str) -> set[int]:
 
 
 def test_client_survives_its_backends_being_terminated_mid_batch(reconnecting_language: str, url: str) -> None:
-    """pg_terminate_backend on the worker's backends, twice, while its batch of three 1.5 s tasks
-    runs (lease 3 s, a reaper running): it logs the loss, reconnects, reports the results it has
+    """pg_terminate_backend on the worker's backends, twice, while its batch of three 2.5 s tasks
+    runs (lease 6 s, a reaper running): it logs the loss, reconnects, reports the results it has
     with their leases, runs the rest of the batch with heartbeats, and goes on taking tasks."""
     language = reconnecting_language
     stage, app = f"terminated_{language}", f"skiplock-test-terminated-{language}"
     with psycopg.connect(url, autocommit=True) as conn:
-        ids = produce(language, url, stage, [{"n": n, "sleep": 1.5} for n in range(3)])
+        # The batch (3 × 2.5 s) outlives the lease (6 s): heartbeats keep it; a heartbeat every 2 s
+        # leaves a reconnection 4 s on a loaded machine.
+        ids = produce(language, url, stage, [{"n": n, "sleep": 2.5} for n in range(3)])
         reaper = Reaper(url)
         reaper.start()
-        worker = ClientWorker(language, url, stage, BATCH=3, LEASE=3, IDLE_WAIT=0.5, PGAPPNAME=app)
+        worker = ClientWorker(language, url, stage, BATCH=3, LEASE=6, IDLE_WAIT=0.5, PGAPPNAME=app)
         try:
             wait_until("the batch to be taken", lambda: conn.execute(
                 "SELECT count(*) = 3 FROM queue.live_tasks WHERE stage = %s AND status = 'running'",
-                (stage,)).fetchone()[0], 30, worker)
+                (stage,)).fetchone()[0], 60, worker)
             assert terminate(conn, app), "no backend of the worker found to terminate"
             wait_until("the first task to be done", lambda: conn.execute(
-                "SELECT count(*) >= 1 FROM queue.history WHERE stage = %s", (stage,)).fetchone()[0], 10, worker)
+                "SELECT count(*) >= 1 FROM queue.history WHERE stage = %s", (stage,)).fetchone()[0], 60, worker)
             assert terminate(conn, app), "the worker did not reconnect"  # again, mid-batch
             wait_until("the batch to be done", lambda: conn.execute(
-                "SELECT count(*) = 3 FROM queue.history WHERE stage = %s", (stage,)).fetchone()[0], 20, worker)
+                "SELECT count(*) = 3 FROM queue.history WHERE stage = %s", (stage,)).fetchone()[0], 60, worker)
             (later,) = conn.execute("SELECT queue.enqueue('{}', stage => %s)", (stage,)).fetchone()
             wait_until("a task enqueued afterwards to be done", lambda: conn.execute(
-                "SELECT 1 FROM queue.history WHERE id = %s", (later,)).fetchone(), 10, worker)
+                "SELECT 1 FROM queue.history WHERE id = %s", (later,)).fetchone(), 60, worker)
             assert worker.proc.poll() is None, worker.log()
         finally:
             code = worker.stop()
@@ -322,11 +325,11 @@ def test_idle_client_reconnects_and_listens_again_after_its_backends_are_termina
     with psycopg.connect(url, autocommit=True) as conn:
         worker = ClientWorker(language, url, stage, IDLE_WAIT=30, PGAPPNAME=app)
         try:
-            wait_until("the worker to connect", lambda: backends(conn, app), 10, worker)
+            wait_until("the worker to connect", lambda: backends(conn, app), 60, worker)
             time.sleep(1.0)  # it found the stage empty and sleeps on LISTEN
             old = terminate(conn, app)
             assert old, "no backend of the worker found to terminate"
-            wait_until("the worker to reconnect", lambda: len(backends(conn, app) - old) >= len(old), 10, worker)
+            wait_until("the worker to reconnect", lambda: len(backends(conn, app) - old) >= len(old), 60, worker)
             time.sleep(0.5)
             (task_id,) = conn.execute("SELECT queue.enqueue('{}', stage => %s)", (stage,)).fetchone()
             wait_until("the task to be done", lambda: conn.execute(
@@ -368,7 +371,7 @@ def test_client_wakes_on_notify(language: str, url: str, capsys: pytest.CaptureF
                 time.sleep(1.0)  # the worker found the stage empty again and sleeps on LISTEN
                 (task_id,) = conn.execute("SELECT queue.enqueue('{}', stage => %s)", (stage,)).fetchone()
                 wait_until("the task to be done", lambda: conn.execute(
-                    "SELECT 1 FROM queue.history WHERE id = %s", (task_id,)).fetchone(), 10, worker)
+                    "SELECT 1 FROM queue.history WHERE id = %s", (task_id,)).fetchone(), 60, worker)
                 # the server's clock at both ends: enqueue's and take_next's transaction starts
                 latencies.append(conn.execute("SELECT extract(epoch FROM started - created)::float8"
                                               " FROM queue.history WHERE id = %s", (task_id,)).fetchone()[0])
@@ -378,7 +381,7 @@ def test_client_wakes_on_notify(language: str, url: str, capsys: pytest.CaptureF
     with capsys.disabled():
         print(f"\n{language} client wake-up: median {statistics.median(latencies) * 1000:.0f} ms,"
               f" max {max(latencies) * 1000:.0f} ms ({len(latencies)} samples)")
-    assert statistics.median(latencies) < 1.0, latencies
+    assert statistics.median(latencies) < 5.0, latencies  # milliseconds when quiet; the slow poll is 30 s
 
 
 def measure_wakeups(url: str, stage: str, samples: int, idle_wait: float) -> list[float]:
@@ -402,11 +405,11 @@ def measure_wakeups(url: str, stage: str, samples: int, idle_wait: float) -> lis
                 (task_id,) = conn.execute("SELECT queue.enqueue('{}', stage => %s)", (stage,)).fetchone()
                 committed = time.monotonic()  # autocommit: execute returned, the commit is done
                 with seen:
-                    assert seen.wait_for(lambda: task_id in taken, idle_wait + 5), "task never taken"
+                    assert seen.wait_for(lambda: task_id in taken, idle_wait + 60), "task never taken"
                 latencies.append(taken[task_id] - committed)
     finally:
         worker.stop()
-        thread.join(idle_wait + 5)
+        thread.join(idle_wait + 60)
     return latencies
 
 
@@ -417,7 +420,7 @@ def test_wakeup_latency_with_notify(url: str, capsys: pytest.CaptureFixture[str]
     with capsys.disabled():
         print(f"\nwake-up with NOTIFY: median {median * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms"
               f" ({len(latencies)} samples, slow poll 5 s)")
-    assert median < 0.5, latencies
+    assert median < 2.0, latencies  # milliseconds when quiet; without NOTIFY about 4.7 s (the slow poll)
 
 
 def test_wakeup_falls_back_to_slow_poll_without_notify(url: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -500,7 +503,7 @@ def test_client_records_a_crash_whose_error_text_the_driver_refuses(lang: str, u
                                           (['{"n": 1}', '{"n": 2}', '{"n": 3}'], stage))]
         worker = ClientWorker(lang, url, stage, [*command, str(tmp_path / name), str(CLIENTS / lang)], IDLE_WAIT=0.2)
         try:
-            wait_until("the batch to fail", lambda: live_count(conn, stage) == 0, 20, worker)
+            wait_until("the batch to fail", lambda: live_count(conn, stage) == 0, 60, worker)
         finally:
             code = worker.stop()
         assert code == 0, worker.log()

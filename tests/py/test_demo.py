@@ -69,10 +69,14 @@ def test_demo_waits_only_for_its_own_tasks_on_a_busy_database(db: str):
                                   daemon=True)
         runner.start()
         try:
-            time.sleep(2.0)  # the demo has enqueued by now
+            deadline = time.monotonic() + 120
+            while conn.execute("SELECT count(DISTINCT id) FROM queue.tasks WHERE stage LIKE 'demo.%%' AND id > %s",
+                               (before,)).fetchone()[0] < 400:  # the demo's enqueue is done
+                assert runner.is_alive() and time.monotonic() < deadline, "the demo did not enqueue its 400 tasks"
+                time.sleep(0.05)
             producing.clear()
-            producer.join(10)
-            runner.join(30)
+            producer.join(60)
+            runner.join(120)  # it drains 400 tasks in seconds; a demo waiting for the others waits for ever
             hung = runner.is_alive()
         finally:
             producing.clear()
@@ -116,7 +120,12 @@ def test_ctrl_c_stops_the_demo_workers_in_order(db: str, tmp_path: Path):
     now ignore it; the parent stops them, and each ends its batch."""
     log = tmp_path / "demo.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "skiplock", "demo", "--tasks", "3000", "--workers", "2"],
+        # SIGINT at its default whatever pytest inherited: Python leaves an ignored SIGINT ignored
+        # (a background job of a non-interactive shell starts so), and Ctrl-C would then do nothing.
+        proc = subprocess.Popen([sys.executable, "-c", "import signal, runpy, sys; signal.signal(signal.SIGINT, "
+                                 "signal.default_int_handler); sys.argv[0] = 'skiplock'; "
+                                 "runpy.run_module('skiplock', run_name='__main__')",
+                                 "demo", "--tasks", "3000", "--workers", "2"],
                                 cwd=ROOT, env=dict(os.environ, DATABASE_URL=db), stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     try:

@@ -28,7 +28,7 @@ from typing import Any, Iterator
 import psycopg
 import pytest
 
-from skiplock import migrate, testrun
+from skiplock import testrun
 
 ROOT = Path(__file__).resolve().parents[2]
 ERRORS_MD = ROOT / "docs" / "errors.md"
@@ -146,10 +146,9 @@ def documented_sqlstates(functions: dict[str, list[tuple[str, str]]]) -> dict[st
 
 # -- the database --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def hostile_db(admin_url: str) -> Iterator[str]:
-    url = testrun.create_database(admin_url, "hostile_input")
+def hostile_db(admin_url: str, template_db: str) -> Iterator[str]:
+    url = testrun.create_database(admin_url, "hostile_input", template=template_db)  # alembic upgrade head: what we ship
     try:
-        migrate.upgrade(url)  # alembic upgrade head: what we ship
         yield url
     finally:
         testrun.drop_database(admin_url, url)

@@ -23,7 +23,6 @@ import psycopg
 import pytest
 
 import workload
-from skiplock import migrate
 from skiplock.testrun import create_database, drop_database
 
 MAX_STAGE, GROUP_STAGE = "lim.max", "lim.grp"
@@ -46,11 +45,10 @@ SELECT (SELECT count(*) FROM queue.live_tasks t WHERE t.stage = %(max)s AND t.st
 
 
 @pytest.fixture(scope="module")
-def limits_db(admin_url: str) -> Iterator[str]:
+def limits_db(admin_url: str, template_db: str) -> Iterator[str]:
     """A database built by the migrations, for this module."""
-    url = create_database(admin_url, "limits")
+    url = create_database(admin_url, "limits", template=template_db)  # alembic upgrade head: what we ship
     try:
-        migrate.upgrade(url)  # alembic upgrade head: what we ship
         yield url
     finally:
         drop_database(admin_url, url)

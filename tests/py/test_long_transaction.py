@@ -1,9 +1,12 @@
 """A long transaction holds back the xmin horizon while producers and workers run: the workers keep
 working (no error, no task stuck, every task done once).
 
-The issue speaks of minutes: the hold lasts HOLD_SECONDS (2 minutes, the W3 benchmark's hold). During the hold no dead row version of queue.live_tasks can be
-removed (by vacuum or by pruning), which is what slows SKIP LOCKED queues down; the test reports
-throughput before, during and after the hold, and dead tuples, without asserting any speed.
+The issue speaks of minutes: the hold lasts HOLD_SECONDS (a minute; the W3 benchmark holds two,
+and measures what this test does not assert: speed). During the hold no dead row version of
+queue.live_tasks can be removed (by vacuum or by pruning), which is what slows SKIP LOCKED queues
+down; the test reports throughput before, during and after the hold, and dead tuples, without
+asserting any speed. No verdict depends on how fast the machine is: the drain after the hold is
+waited for (bounded only against a hang).
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ import psycopg
 import pytest
 
 import workload
-from skiplock import migrate, testrun
+from skiplock import testrun
 
-HOLD_SECONDS = 120.0     # minutes, as the issue says
+HOLD_SECONDS = 60.0      # a minute, as the issue says ("minutes")
+DRAIN_BOUND = 180.0      # seconds for the backlog to drain once the producer stops: only against a hang
 BEFORE_SECONDS = 5.0     # load without the hold, to compare
 AFTER_SECONDS = 5.0
 WORKERS = 2
@@ -32,10 +36,9 @@ HOLDER = "longtx-holder"
 
 
 @pytest.fixture(scope="module")
-def longtx_db(admin_url: str) -> Iterator[str]:
-    url = testrun.create_database(admin_url, "long_transaction")
+def longtx_db(admin_url: str, template_db: str) -> Iterator[str]:
+    url = testrun.create_database(admin_url, "long_transaction", template=template_db)  # alembic upgrade head: what we ship
     try:
-        migrate.upgrade(url)  # alembic upgrade head: what we ship
         yield url
     finally:
         testrun.drop_database(admin_url, url)
@@ -66,7 +69,7 @@ class Producer(threading.Thread):
 def test_workers_keep_working_while_a_transaction_holds_the_xmin_horizon(longtx_db: str, tmp_path: Path):
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
-    total = BEFORE_SECONDS + HOLD_SECONDS + AFTER_SECONDS
+    total = BEFORE_SECONDS + HOLD_SECONDS + AFTER_SECONDS + DRAIN_BOUND
     deadline = time.monotonic() + total + 60
     outs = {f"longtx-{i}": str(tmp_path / f"longtx-{i}.pickle") for i in range(WORKERS)}
     workers = [ctx.Process(target=workload.reference, args=(longtx_db, n, STAGE, stop, out, deadline),
@@ -117,17 +120,18 @@ def test_workers_keep_working_while_a_transaction_holds_the_xmin_horizon(longtx_
             time.sleep(AFTER_SECONDS)
             marks["end"] = now()
             producer.halt.set()
-            producer.join(10)
+            producer.join(60)
             assert producer.error is None, f"the producer failed: {producer.error!r}"
             # Nothing stuck: the backlog drains soon after the producer stops.
-            end = time.monotonic() + 20
+            end = time.monotonic() + DRAIN_BOUND
             while admin.execute("SELECT count(*) FROM queue.live_tasks WHERE stage = %s",
                                 (STAGE,)).fetchone()[0]:
-                assert time.monotonic() < end, "tasks still live 20 s after the producer stopped"
+                assert time.monotonic() < end, f"tasks still live {DRAIN_BOUND:.0f} s after the producer stopped"
+                assert all(p.is_alive() for p in workers), "a worker died while tasks were live"
                 time.sleep(0.2)
         finally:
             producer.halt.set()
-            workload.stop_processes(workers, stop, timeout=20)
+            workload.stop_processes(workers, stop, timeout=60)
 
         assert [p.exitcode for p in workers] == [0] * WORKERS, "a worker died (an error escaped it)"
         records = [workload.read_record(out) for out in outs.values()]

@@ -90,6 +90,14 @@ def assert_same_catalog(got: dict, want: dict) -> None:
 
 
 @pytest.fixture(scope="module")
+def db(empty_db: str) -> str:
+    """Built by `alembic upgrade head` here, not copied from the session's template: what the
+    migrations build is what this module proves."""
+    migrate.upgrade(empty_db)
+    return empty_db
+
+
+@pytest.fixture(scope="module")
 def schema_db(admin_url: str):
     """A database built straight from schema/."""
     url = create_database(admin_url, "from_schema")

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from skiplock import migrate, testrun
+from skiplock import testrun
 
 A, B = "m.a", "m.b"          # finish(next_stage) only moves a task from A to B
 MAX_ATTEMPTS = {A: 2, B: 1}   # B: every failure is the last one; A: one retry
@@ -48,10 +48,9 @@ PROFILE = os.environ.get("SKIPLOCK_HYPOTHESIS_PROFILE", "skiplock-ci")
 
 
 @pytest.fixture(scope="module")
-def model_db(admin_url: str) -> Iterator[str]:
-    url = testrun.create_database(admin_url, "model_based")
+def model_db(admin_url: str, template_db: str) -> Iterator[str]:
+    url = testrun.create_database(admin_url, "model_based", template=template_db)  # alembic upgrade head: what we ship
     try:
-        migrate.upgrade(url)  # alembic upgrade head: what we ship
         with psycopg.connect(url, autocommit=True) as conn:
             # Setup, not under test: written directly (as superuser) rather than through
             # configure_stage, so this module tests the worker API only.

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from skiplock import migrate, testrun
+from skiplock import testrun
 
 SESSIONS = 8
 STAGE = "sc.fire"
@@ -41,11 +41,10 @@ PER_KIND = 16       # 160 schedules
 
 
 @pytest.fixture
-def sched_db(admin_url: str) -> Iterator[str]:
+def sched_db(admin_url: str, template_db: str) -> Iterator[str]:
     """A fresh database built by the migrations, one per test."""
-    url = testrun.create_database(admin_url, "sched")
+    url = testrun.create_database(admin_url, "sched", template=template_db)  # alembic upgrade head: what we ship
     try:
-        migrate.upgrade(url)  # alembic upgrade head: what we ship
         yield url
     finally:
         testrun.drop_database(admin_url, url)

@@ -114,8 +114,9 @@ def who(conn: psycopg.Connection) -> tuple[str, str]:
     return conn.execute("SELECT current_user::text, session_user::text").fetchone()
 
 
-def wait_for(predicate, timeout: float = 20.0, every: float = 0.05) -> float:
-    """Seconds it took until predicate() held; AssertionError after timeout."""
+def wait_for(predicate, timeout: float = 90.0, every: float = 0.05) -> float:
+    """Seconds it took until predicate() held; AssertionError after timeout (a bound for a hang:
+    it returns as soon as predicate() holds)."""
     start = time.monotonic()
     while not predicate():
         if time.monotonic() - start > timeout:
@@ -223,7 +224,7 @@ class BackgroundCall(threading.Thread):
             self.error = e
             self.connected.set()
 
-    def result(self, timeout: float = 20) -> int:
+    def result(self, timeout: float = 90) -> int:
         self.join(timeout=timeout)
         assert not self.is_alive(), "the call did not return"
         if self.error is not None:
@@ -413,7 +414,7 @@ def test_the_watchdog_cancels_a_statement_past_its_timeout_as_57014_and_the_next
         took = time.monotonic() - started
         time.sleep(0.3)
     assert ran == 2
-    assert 0.9 < took < 3, took
+    assert 0.9 < took < 20, took  # the timeout (1 s), not the statement's 30 s
     assert sum(watchdog.cancels) == 1, watchdog.cancels
     status, attempt, error, result, _ = task(admin, slow)
     assert (status, attempt, result) == ("fatal", 1, None)
@@ -428,17 +429,17 @@ def test_a_stop_request_hands_the_task_back_and_the_call_returns(admin: psycopg.
     # stopping took a cancel per due task. A stop request is stop_sql_executor (a cancel while
     # the stopping session holds the executor's advisory lock).
     stage = "stop.request"
-    slow = enqueue_sql(alice, "SELECT pg_sleep(5)", stage=stage, timeout="60 seconds", priority=0)
+    slow = enqueue_sql(alice, "SELECT pg_sleep(60)", stage=stage, timeout="120 seconds", priority=0)
     due = [enqueue_sql(alice, "SELECT 1", stage=stage, priority=1) for _ in range(3)]
     executor = BackgroundCall(roles.alice_url, stage, 10)
     executor.start()
-    executor.connected.wait(10)
-    wait_for(lambda: task(admin, slow)[0] == "running", timeout=10)
+    executor.connected.wait(90)
+    wait_for(lambda: task(admin, slow)[0] == "running", timeout=90)
     time.sleep(0.3)  # in pg_sleep
     assert alice.execute("SELECT queue.stop_sql_executor(%s)", (executor.pid,)).fetchone()[0] is True
     assert executor.result() == 1  # it handed one back and returned, though 3 more were due
     alice.execute("SELECT pg_advisory_unlock(1936419948, %s)", (executor.pid,))
-    assert executor.took < 4, executor.took
+    assert executor.took < 30, executor.took  # the stop, not the statement's 60 s
     assert task(admin, slow)[:4] == ("ready", 0, None, None)  # back, the attempt not counted
     assert [task(admin, t)[:2] for t in due] == [("ready", 0)] * 3
     assert admin.execute("SELECT count(*) FROM queue.history WHERE stage = %s", (stage,)).fetchone()[0] == 0
@@ -456,8 +457,8 @@ def test_a_stop_from_a_session_that_ends_at_once_still_hands_the_task_back(admin
         slow = enqueue_sql(alice, "SELECT pg_sleep(20)", stage=stage, timeout="60 seconds")
         executor = BackgroundCall(roles.alice_url, stage, 1)
         executor.start()
-        executor.connected.wait(10)
-        wait_for(lambda: task(admin, slow)[0] == "running", timeout=10)
+        executor.connected.wait(90)
+        wait_for(lambda: task(admin, slow)[0] == "running", timeout=90)
         time.sleep(0.1)  # in pg_sleep
         with psycopg.connect(roles.alice_url, autocommit=True) as stopper:  # closed right after the call
             assert stopper.execute("SELECT queue.stop_sql_executor(%s)", (executor.pid,)).fetchone()[0] is True
@@ -591,14 +592,14 @@ def test_an_executor_runs_only_its_own_roles_tasks(admin: psycopg.Connection, al
         slow = enqueue_sql(bob, "SELECT pg_sleep(30)", stage=stage, timeout="1 second")
         executor = BackgroundCall(roles.bob_url, stage, 1)
         executor.start()
-        wait_for(lambda: task(admin, slow)[0] == "running", timeout=10)
+        wait_for(lambda: task(admin, slow)[0] == "running", timeout=90)
         cancels: list[tuple[int, int]] = []
 
         def watchdogs() -> bool:  # alice's first: she would see the task as soon as bob does
             cancels.append((alice.execute(CRON_WATCHDOG).fetchone()[0], bob.execute(CRON_WATCHDOG).fetchone()[0]))
             return cancels[-1][1] == 1
 
-        wait_for(watchdogs, timeout=10, every=0.1)
+        wait_for(watchdogs, timeout=90, every=0.1)
         assert sum(a for a, _ in cancels) == 0, cancels
         assert executor.result() == 1
     status, _, error, _, run_as = task(admin, slow)
@@ -666,7 +667,7 @@ def test_max_2_never_runs_more_than_2_tasks_of_the_stage_at_once(admin: psycopg.
     done = lambda: admin.execute("SELECT count(*) FROM queue.history WHERE stage = %s AND status = 'done'",  # noqa: E731
                                  (stage,)).fetchone()[0] == n
     with Executors(roles.alice_url, stage, n=4):
-        took = wait_for(done, timeout=20)
+        took = wait_for(done, timeout=90)
     assert took >= 1.9  # 8 runs of 0.5 s, 2 at a time
     intervals = admin.execute("SELECT started, ended FROM public.sqlt_cap_log").fetchall()
     assert len(intervals) == n and [task(admin, t)[0] for t in ids] == ["done"] * n
@@ -795,7 +796,7 @@ def run_sql_cli(url: str, *args: str, log: Path) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=log.open("w"), env=ENV, cwd=ROOT)
 
 
-def stop(proc: subprocess.Popen, timeout: float = 10) -> tuple[int, float]:
+def stop(proc: subprocess.Popen, timeout: float = 60) -> tuple[int, float]:
     """SIGTERM; the exit code and how long it took to exit."""
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
@@ -835,7 +836,7 @@ def test_cli_drains_tasks_with_3_connections_and_wakes_on_notify(admin: psycopg.
     # --poll 30: within the test only a NOTIFY can wake an idle executor.
     proc = run_sql_cli(roles.alice_url, "--stage", stage, "--concurrency", "3", "--poll", "30", log=log)
     try:
-        wait_for(lambda: statuses(admin, stage) == {"done": 30, "ready": 1}, timeout=30)
+        wait_for(lambda: statuses(admin, stage) == {"done": 30, "ready": 1}, timeout=90)
         results = admin.execute("SELECT id, result FROM queue.tasks WHERE stage = %s AND status = 'done'",
                                 (stage,)).fetchall()
         assert {i: r["rows"] for i, r in results} == {t: [[n]] for n, t in enumerate(ids)}
@@ -844,14 +845,14 @@ def test_cli_drains_tasks_with_3_connections_and_wakes_on_notify(admin: psycopg.
         assert 1 <= workers <= 3
         time.sleep(1.0)  # idle, on LISTEN
         late = enqueue_sql(alice, "SELECT 'late'", stage=stage)
-        took = wait_for(lambda: task(admin, late)[0] == "done", timeout=10, every=0.02)
-        assert took < 3.0, took  # a NOTIFY, not the 30 s poll
+        took = wait_for(lambda: task(admin, late)[0] == "done", timeout=90, every=0.02)
+        assert took < 15.0, took  # a NOTIFY, not the 30 s poll
         assert task(admin, bobs)[0] == "ready"  # bob's task is not alice's executors' to run
     finally:
         rc, stopping = stop(proc)
     out = log.read_text()
     assert rc == 0, out
-    assert stopping < 3
+    assert stopping < 15  # at once, not after the 30 s poll
     assert f"running the SQL tasks that role {roles.alice} enqueued" in out, out
     assert f"stopped: 31 task(s) of role {roles.alice} run" in out, out
 
@@ -865,11 +866,11 @@ def test_cli_survives_unlisten_and_deallocate_in_a_request(admin: psycopg.Connec
     ids = [enqueue_sql(alice, r, stage=stage, priority=i) for i, r in enumerate(requests)]
     proc = run_sql_cli(roles.alice_url, "--stage", stage, "--poll", "30", log=log)
     try:
-        wait_for(lambda: all(task(admin, t)[0] == "done" for t in ids), timeout=15)
+        wait_for(lambda: all(task(admin, t)[0] == "done" for t in ids), timeout=90)
         time.sleep(1.0)  # idle, on LISTEN again
         late = enqueue_sql(alice, "SELECT 'late'", stage=stage)
-        took = wait_for(lambda: task(admin, late)[0] == "done", timeout=10, every=0.02)
-        assert took < 3.0, took  # a NOTIFY, not the 30 s poll
+        took = wait_for(lambda: task(admin, late)[0] == "done", timeout=90, every=0.02)
+        assert took < 15.0, took  # a NOTIFY, not the 30 s poll
     finally:
         rc, _ = stop(proc)
     assert rc == 0, log.read_text()
@@ -884,13 +885,15 @@ def test_cli_sigterm_mid_run_releases_running_tasks_and_loses_none(admin: psycop
     proc = run_sql_cli(roles.alice_url, "--stage", stage, "--concurrency", "3", "--grace", "1",
                        "--max-tasks-per-call", "10", log=tmp_path / "first.log")
     try:
-        wait_for(lambda: statuses(admin, stage).get("running") == 3, timeout=15)
+        wait_for(lambda: statuses(admin, stage).get("running") == 3, timeout=90)
         time.sleep(0.2)
     finally:
         rc, took = stop(proc)
     first = (tmp_path / "first.log").read_text()
     assert rc == 0, first
-    assert took < 3, took  # grace 1 s, then one cancel each: every call hands its task back and returns
+    # grace 1 s, then one cancel each: every call hands its task back and returns (had it waited for
+    # the statements, they would be done, not ready, below)
+    assert took < 10, took
     rows = admin.execute("SELECT id, status::text, attempt, error_text FROM queue.tasks WHERE stage = %s",
                          (stage,)).fetchall()
     assert sorted(r[0] for r in rows) == sorted(ids)  # none lost, none duplicated
@@ -903,7 +906,7 @@ def test_cli_sigterm_mid_run_releases_running_tasks_and_loses_none(admin: psycop
 
     proc = run_sql_cli(roles.alice_url, "--stage", stage, "--concurrency", str(n), log=tmp_path / "second.log")
     try:
-        wait_for(lambda: statuses(admin, stage) == {"done": n}, timeout=20)
+        wait_for(lambda: statuses(admin, stage) == {"done": n}, timeout=90)
     finally:
         rc, _ = stop(proc)
     assert rc == 0, (tmp_path / "second.log").read_text()
@@ -919,16 +922,16 @@ def test_cli_keeps_serving_the_stage_when_a_call_fails_or_its_connection_drops(
     first = [enqueue_sql(alice, f"SELECT {i}", stage=stage) for i in range(3)]
     proc = run_sql_cli(roles.alice_url, "--stage", stage, "--poll", "0.2", log=log)
     try:
-        wait_for(lambda: "call failed (42501: permission denied for stage" in log.read_text(), timeout=15)
+        wait_for(lambda: "call failed (42501: permission denied for stage" in log.read_text(), timeout=90)
         assert proc.poll() is None, log.read_text()
         assert [task(admin, t)[0] for t in first] == ["ready"] * 3
         admin.execute("SELECT queue.grant_stage(%s, %s::regrole, enqueue => true, take => true)", (stage, roles.alice))
-        wait_for(lambda: all(task(admin, t)[0] == "done" for t in first), timeout=15)
+        wait_for(lambda: all(task(admin, t)[0] == "done" for t in first), timeout=90)
         # Every connection of the CLI dropped (executor and watchdog): it reconnects.
         admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s AND pid <> %s",
                       (roles.alice, alice.info.backend_pid))
         second = [enqueue_sql(alice, f"SELECT {i}", stage=stage) for i in range(3)]
-        wait_for(lambda: all(task(admin, t)[0] == "done" for t in second), timeout=15)
+        wait_for(lambda: all(task(admin, t)[0] == "done" for t in second), timeout=90)
         assert proc.poll() is None, log.read_text()
     finally:
         rc, _ = stop(proc)

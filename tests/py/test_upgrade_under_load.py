@@ -497,7 +497,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute("ALTER TABLE queue.live_tasks DROP COLUMN upgrade_probe")
 '''
-HOLD_SECONDS = 6.0
+HOLD_SECONDS = 8.0  # long enough that "about lock_timeout (1 s)" and "the whole hold" stay apart under load
 
 
 def _probe_config(url: str, versions: Path, lock_timeout: str, attempts: int):
@@ -567,7 +567,7 @@ def test_a_hot_table_migration_waits_at_most_lock_timeout(admin_url: str, tmp_pa
         assert not errors, errors
         assert retries, "the migration never hit lock_timeout: the hold did not block it"
         assert took >= HOLD_SECONDS - 1, f"the migration landed after {took:.1f} s, before the hold ended"
-        assert max(latencies) < 1 + 1.5, f"an enqueue waited {max(latencies):.2f} s behind the migration (lock_timeout 1 s)"
+        assert max(latencies) < 1 + 3.0, f"an enqueue waited {max(latencies):.2f} s behind the migration (lock_timeout 1 s)"
         with psycopg.connect(url) as conn:
             assert conn.execute("SELECT count(*) FROM pg_attribute WHERE attrelid = 'queue.live_tasks'::regclass"
                                 " AND attname = 'upgrade_probe' AND NOT attisdropped").fetchone()[0] == 1

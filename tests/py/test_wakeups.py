@@ -152,7 +152,8 @@ def test_an_empty_take_never_waits_on_a_mark_another_open_transaction_writes(db:
                      "SELECT count(*) FROM queue.take_locked('wake.held')"):
             started = time.monotonic()
             assert conn.execute(take).fetchone()[0] == 0
-            assert time.monotonic() - started < 0.5, f"{take} waited on the open transaction's mark"
+            # a wait would end in lock_timeout's error (3 s): well under it, whatever the load
+            assert time.monotonic() - started < 2.5, f"{take} waited on the open transaction's mark"
         conn.execute("RESET lock_timeout")
         holder.commit()
     left = conn.execute("SELECT until - now() FROM queue.stage_waiters WHERE stage = 'wake.held'").fetchone()[0]

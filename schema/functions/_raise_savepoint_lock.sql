@@ -1,9 +1,10 @@
--- _raise_savepoint_lock(id, action): the error for finish_locked or fail_locked of a task whose
+-- _raise_savepoint_lock(id, action, stage): the error for finish_locked or fail_locked of a task whose
 -- row lock belongs to a savepoint of this transaction rather than to the transaction itself: a
 -- subtransaction locks with its own id, which is not the one those functions look for. Returns
 -- quietly in every other case (the task is gone, unlocked, or another transaction's): then the
 -- caller's answer false is the right one. Runs only on that path, never on a successful end.
-CREATE OR REPLACE FUNCTION queue._raise_savepoint_lock(id bigint, action text)
+-- stage, when given, is the caller's: only a task of that stage is looked at.
+CREATE OR REPLACE FUNCTION queue._raise_savepoint_lock(id bigint, action text, stage text DEFAULT NULL)
     RETURNS void
     LANGUAGE plpgsql
     VOLATILE
@@ -16,7 +17,8 @@ DECLARE
 BEGIN
     SELECT t.xmax INTO v_xmax
       FROM queue.live_tasks t
-     WHERE t.id = _raise_savepoint_lock.id AND t.status IN ('ready', 'error');
+     WHERE t.id = _raise_savepoint_lock.id AND t.status IN ('ready', 'error')
+       AND (_raise_savepoint_lock.stage IS NULL OR t.stage = _raise_savepoint_lock.stage);
     IF NOT FOUND OR v_xmax = '0'::xid OR v_xmax = pg_catalog.xid(v_top::text::xid8) THEN
         RETURN;
     END IF;
@@ -33,7 +35,10 @@ BEGIN
         IF v_full < 0 OR pg_catalog.pg_xact_status(v_full::text::xid8) IS DISTINCT FROM 'in progress' THEN
             RETURN;
         END IF;
-        PERFORM FROM queue.live_tasks t WHERE t.id = _raise_savepoint_lock.id FOR UPDATE NOWAIT;
+        PERFORM FROM queue.live_tasks t
+          WHERE t.id = _raise_savepoint_lock.id
+            AND (_raise_savepoint_lock.stage IS NULL OR t.stage = _raise_savepoint_lock.stage)
+            FOR UPDATE NOWAIT;
     EXCEPTION WHEN lock_not_available OR invalid_parameter_value THEN
         RETURN;  -- another transaction's lock, or an xmax that is no transaction id (a multixact)
     END;
@@ -43,5 +48,5 @@ BEGIN
               HINT = 'Call take_locked at the top level of the transaction, not inside a savepoint or a nested transaction block; savepoints around the work itself are fine.';
 END
 $$;
-COMMENT ON FUNCTION queue._raise_savepoint_lock(bigint, text) IS 'Internal: raises 55000 when a task''s row lock belongs to a savepoint of this transaction (take_locked called inside a savepoint); returns otherwise. Called by finish_locked and fail_locked before they answer false.';
-REVOKE ALL ON FUNCTION queue._raise_savepoint_lock(bigint, text) FROM PUBLIC;
+COMMENT ON FUNCTION queue._raise_savepoint_lock(bigint, text, text) IS 'Internal: raises 55000 when a task''s row lock belongs to a savepoint of this transaction (take_locked called inside a savepoint); returns otherwise. Called by finish_locked and fail_locked before they answer false.';
+REVOKE ALL ON FUNCTION queue._raise_savepoint_lock(bigint, text, text) FROM PUBLIC;

@@ -1,4 +1,4 @@
--- fail(id, lease, error, fatal, retry_in): end the attempt that holds `lease` with an error.
+-- fail(id, lease, error, fatal, retry_in, stage): end the attempt that holds `lease` with an error.
 -- The task waits as 'error' and is retried after retry_in, or after the stage's backoff
 -- (stage_settings: backoff, backoff_base, backoff_cap, backoff_jitter). With fatal => true, or
 -- when this was the stage's max_attempts-th attempt, it is 'fatal': moved to queue.history, never
@@ -10,12 +10,14 @@
 -- A task due again at once (retry_in '0', a zero backoff, a re-run) wakes the stage's waiting
 -- workers (_wake_waiters).
 -- Returns true when this call ended the attempt; false, changing nothing, when lease is not current.
+-- stage, when given, is the task's stage (routes the call on Citus); any other: false.
 CREATE OR REPLACE FUNCTION queue.fail(
         id       bigint,
         lease    uuid,
         error    text,
         fatal    boolean  DEFAULT false,
-        retry_in interval DEFAULT NULL)
+        retry_in interval DEFAULT NULL,
+        stage    text     DEFAULT NULL)
     RETURNS boolean
     LANGUAGE plpgsql
     VOLATILE
@@ -51,6 +53,7 @@ BEGIN
     SELECT t.* INTO v_task
       FROM queue.live_tasks t
      WHERE t.id = fail.id AND t.lease = fail.lease
+       AND (fail.stage IS NULL OR t.stage = fail.stage)
        FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
@@ -60,7 +63,7 @@ BEGIN
         UPDATE queue.live_tasks t
            SET status = 'ready', rerun = false, attempt = 0, lease = NULL, lease_expires = NULL,
                started = NULL, error_text = NULL, updated = v_now
-         WHERE t.id = v_task.id;
+         WHERE t.id = v_task.id AND t.stage = v_task.stage;
         IF v_task.run_at <= v_now THEN  -- a re-run may have asked for a later run_at
             PERFORM queue._wake_waiters(v_task.stage);
         END IF;
@@ -70,14 +73,14 @@ BEGIN
     v_settings := queue._settings(v_task.stage);
     IF fail.fatal OR v_task.attempt >= v_settings.max_attempts THEN
         IF v_task.repeat IS NULL THEN
-            DELETE FROM queue.live_tasks t WHERE t.id = v_task.id;
+            DELETE FROM queue.live_tasks t WHERE t.id = v_task.id AND t.stage = v_task.stage;
         ELSE
             v_next := queue._next_slot(v_task.slot, v_task.repeat, v_task.drift, v_now);
             UPDATE queue.live_tasks t
                SET status = 'ready', attempt = 0, run_at = v_next, slot = v_next,
                    lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
                    error_text = NULL, updated = v_now
-             WHERE t.id = v_task.id;
+             WHERE t.id = v_task.id AND t.stage = v_task.stage;
         END IF;
         INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
                                    error_text, created, started, finished, group_key, run_as)
@@ -89,7 +92,7 @@ BEGIN
         UPDATE queue.live_tasks t
            SET status = 'error', run_at = v_next,
                lease = NULL, lease_expires = NULL, error_text = v_error, updated = v_now
-         WHERE t.id = v_task.id;
+         WHERE t.id = v_task.id AND t.stage = v_task.stage;
         IF v_next <= v_now THEN
             PERFORM queue._wake_waiters(v_task.stage);
         END IF;
@@ -97,6 +100,6 @@ BEGIN
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval) IS 'Ends a running attempt with an error if lease is current: retried after retry_in or the stage''s backoff, or fatal (moved to queue.history) when fatal => true or attempts are used up; a periodic task''s fatal run is recorded and the task re-armed for its next slot. Returns false, changing nothing, for a lease that is not current. Locks the task''s row.';
-REVOKE ALL ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval) TO skiplock_worker, skiplock_admin;
+COMMENT ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval, text) IS 'Ends a running attempt with an error if lease is current: retried after retry_in or the stage''s backoff, or fatal (moved to queue.history) when fatal => true or attempts are used up; a periodic task''s fatal run is recorded and the task re-armed for its next slot. Returns false, changing nothing, for a lease that is not current. Locks the task''s row.';
+REVOKE ALL ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval, text) TO skiplock_worker, skiplock_admin;

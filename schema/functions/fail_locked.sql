@@ -1,4 +1,4 @@
--- fail_locked(id, error, fatal, retry_in, worker): end with an error a task this transaction took
+-- fail_locked(id, error, fatal, retry_in, worker, stage): end with an error a task this transaction took
 -- with take_locked. As fail(): the task waits as 'error' with its attempt counted and is retried
 -- after retry_in or the stage's backoff; with fatal => true, or at the stage's max_attempts-th
 -- attempt, it is 'fatal', moved to queue.history (a periodic task is recorded and re-armed). The
@@ -10,12 +10,14 @@
 -- (55000 for a task taken inside a savepoint, as finish_locked).
 -- Locks the task's row (already locked by take_locked); writes queue.live_tasks, and
 -- queue.history when fatal.
+-- stage, when given, is the task's stage (routes the call on Citus); any other: false.
 CREATE OR REPLACE FUNCTION queue.fail_locked(
         id       bigint,
         error    text,
         fatal    boolean  DEFAULT false,
         retry_in interval DEFAULT NULL,
-        worker   text     DEFAULT NULL)
+        worker   text     DEFAULT NULL,
+        stage    text     DEFAULT NULL)
     RETURNS boolean
     LANGUAGE plpgsql
     VOLATILE
@@ -65,6 +67,7 @@ BEGIN
         SELECT t.* INTO v_task
           FROM queue.live_tasks t
          WHERE t.id = fail_locked.id
+           AND (fail_locked.stage IS NULL OR t.stage = fail_locked.stage)
            AND (t.xmax = v_xid OR v_held)
            AND (t.updated <= pg_catalog.now() OR NOT queue._written_here(t.xmin))
            AND t.status IN ('ready', 'error');
@@ -72,7 +75,7 @@ BEGIN
         IF v_held THEN
             RETURN false;
         END IF;
-        v_held := queue._held_lock(fail_locked.id, 'fail');
+        v_held := queue._held_lock(fail_locked.id, 'fail', fail_locked.stage);
         IF NOT v_held THEN
             RETURN false;
         END IF;
@@ -82,14 +85,14 @@ BEGIN
     v_settings := queue._settings(v_task.stage);
     IF fail_locked.fatal OR v_attempt >= v_settings.max_attempts THEN
         IF v_task.repeat IS NULL THEN
-            DELETE FROM queue.live_tasks t WHERE t.id = v_task.id;
+            DELETE FROM queue.live_tasks t WHERE t.id = v_task.id AND t.stage = v_task.stage;
         ELSE
             v_next := queue._next_slot(v_task.slot, v_task.repeat, v_task.drift, v_now);
             UPDATE queue.live_tasks t
                SET status = 'ready', attempt = 0, run_at = v_next, slot = v_next,
                    lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
                    error_text = NULL, updated = v_now
-             WHERE t.id = v_task.id;
+             WHERE t.id = v_task.id AND t.stage = v_task.stage;
         END IF;
         INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
                                    error_text, created, started, finished, group_key, run_as)
@@ -101,7 +104,7 @@ BEGIN
         UPDATE queue.live_tasks t
            SET status = 'error', attempt = v_attempt, run_at = v_next,
                error_text = v_error, updated = v_now
-         WHERE t.id = v_task.id;
+         WHERE t.id = v_task.id AND t.stage = v_task.stage;
         IF v_next <= v_now THEN
             PERFORM queue._wake_waiters(v_task.stage);
         END IF;
@@ -109,6 +112,6 @@ BEGIN
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text) IS 'Ends with an error a task this transaction took with take_locked, as fail() does: retried after retry_in or the stage''s backoff with its attempt counted, or fatal (moved to queue.history) when fatal => true or attempts are used up; a periodic task''s fatal run is recorded and the task re-armed. Only a task whose row lock belongs to this transaction ends; false, changing nothing, for any other (55000 when taken inside a savepoint). Roll back the work to a savepoint first.';
-REVOKE ALL ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text) TO skiplock_worker, skiplock_admin;
+COMMENT ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text, text) IS 'Ends with an error a task this transaction took with take_locked, as fail() does: retried after retry_in or the stage''s backoff with its attempt counted, or fatal (moved to queue.history) when fatal => true or attempts are used up; a periodic task''s fatal run is recorded and the task re-armed. Only a task whose row lock belongs to this transaction ends; false, changing nothing, for any other (55000 when taken inside a savepoint). Roll back the work to a savepoint first.';
+REVOKE ALL ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text, text) TO skiplock_worker, skiplock_admin;

@@ -1,4 +1,4 @@
--- finish_locked(id, worker): end successfully a task this transaction took with take_locked.
+-- finish_locked(id, worker, stage): end successfully a task this transaction took with take_locked.
 -- The task is done: it leaves queue.live_tasks and is written to queue.history in the same
 -- statement, with the attempt it ran as, started at the transaction's start and finished now
 -- (clock time). A periodic task is recorded as done and re-armed for its next run, as finish()
@@ -11,7 +11,8 @@
 -- a savepoint (its lock is the subtransaction's) raises 55000.
 -- Commit the worker's own writes in the same transaction: they and the finish are one.
 -- Locks the task's row (already locked by take_locked); writes queue.live_tasks and queue.history.
-CREATE OR REPLACE FUNCTION queue.finish_locked(id bigint, worker text DEFAULT NULL)
+-- stage, when given, is the task's stage (routes the call on Citus); any other: false.
+CREATE OR REPLACE FUNCTION queue.finish_locked(id bigint, worker text DEFAULT NULL, stage text DEFAULT NULL)
     RETURNS boolean
     LANGUAGE plpgsql
     VOLATILE
@@ -47,6 +48,7 @@ BEGIN
         WITH done AS (
             DELETE FROM queue.live_tasks t
              WHERE t.id = finish_locked.id
+               AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
                AND (t.xmax = v_xid OR v_held)
                AND (t.updated <= pg_catalog.now() OR NOT queue._written_here(t.xmin))
                AND t.status IN ('ready', 'error') AND t.repeat IS NULL
@@ -67,6 +69,7 @@ BEGIN
             SELECT t.*, queue._next_slot(t.slot, t.repeat, t.drift, v_now) AS next_slot
               FROM queue.live_tasks t
              WHERE t.id = finish_locked.id
+               AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
                AND (t.xmax = v_xid OR v_held)
                AND (t.updated <= pg_catalog.now() OR NOT queue._written_here(t.xmin))
                AND t.status IN ('ready', 'error') AND t.repeat IS NOT NULL
@@ -76,7 +79,7 @@ BEGIN
                    lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
                    error_text = NULL, updated = v_now
               FROM cur c
-             WHERE t.id = c.id
+             WHERE t.id = c.id AND t.stage = c.stage
         )
         INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
                                    error_text, created, started, finished, group_key, run_as)
@@ -88,12 +91,12 @@ BEGIN
             RETURN true;
         END IF;
         EXIT pass WHEN v_held;
-        v_held := queue._held_lock(finish_locked.id, 'finish');
+        v_held := queue._held_lock(finish_locked.id, 'finish', finish_locked.stage);
         EXIT pass WHEN NOT v_held;
     END LOOP;
     RETURN false;
 END
 $$;
-COMMENT ON FUNCTION queue.finish_locked(bigint, text) IS 'Ends successfully a task this transaction took with take_locked: moved to queue.history as done (a periodic task is recorded and re-armed). Only a task whose row lock belongs to this transaction ends; false, changing nothing, for any other (never taken, another transaction''s, already ended, re-run by this transaction); 55000 when taken inside a savepoint. Commit the worker''s own writes in the same transaction.';
-REVOKE ALL ON FUNCTION queue.finish_locked(bigint, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.finish_locked(bigint, text) TO skiplock_worker, skiplock_admin;
+COMMENT ON FUNCTION queue.finish_locked(bigint, text, text) IS 'Ends successfully a task this transaction took with take_locked: moved to queue.history as done (a periodic task is recorded and re-armed). Only a task whose row lock belongs to this transaction ends; false, changing nothing, for any other (never taken, another transaction''s, already ended, re-run by this transaction); 55000 when taken inside a savepoint. Commit the worker''s own writes in the same transaction.';
+REVOKE ALL ON FUNCTION queue.finish_locked(bigint, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.finish_locked(bigint, text, text) TO skiplock_worker, skiplock_admin;

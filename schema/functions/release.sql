@@ -1,4 +1,4 @@
--- release(id, lease, retry_in): hand a running task back without counting the attempt, e.g. when
+-- release(id, lease, retry_in, stage): hand a running task back without counting the attempt, e.g. when
 -- a worker shuts down before it could do the work, or cannot do it yet (a rate limit, a resource
 -- not ready: "snooze"). Without retry_in the task is due again at once and keeps its place
 -- (priority and run_at are unchanged); with it, it is due retry_in from now. Either way its
@@ -7,12 +7,14 @@
 -- A task due at once wakes the stage's waiting workers (_wake_waiters).
 -- Returns false, changing nothing, when the lease is not the task's current one (reaped,
 -- retaken, finished or cancelled meanwhile).
+-- stage, when given, is the task's stage (routes the call on Citus); any other: false.
 -- The signature gained retry_in in revision 0019: the two-argument version goes first, so that a
 -- call with two arguments has one function to resolve to. No client breaks: every call of the
 -- old one, positional or named, resolves to the new one, retry_in taking its default.
 -- squawk-ignore ban-drop-function
 DROP FUNCTION IF EXISTS queue.release(bigint, uuid);
-CREATE OR REPLACE FUNCTION queue.release(id bigint, lease uuid, retry_in interval DEFAULT NULL)
+CREATE OR REPLACE FUNCTION queue.release(id bigint, lease uuid, retry_in interval DEFAULT NULL,
+                                         stage text DEFAULT NULL)
     RETURNS boolean
     LANGUAGE plpgsql
     VOLATILE
@@ -47,6 +49,7 @@ BEGIN
            rerun = false, lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
            updated = pg_catalog.now()
      WHERE t.id = release.id AND t.lease = release.lease
+       AND (release.stage IS NULL OR t.stage = release.stage)
     RETURNING t.stage, t.run_at <= pg_catalog.now() INTO v_stage, v_due;
     IF NOT FOUND THEN
         RETURN false;
@@ -57,6 +60,6 @@ BEGIN
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION queue.release(bigint, uuid, interval) IS 'Hands a running task back without counting the attempt (a worker shutting down, or a snooze): due again at once in its old place, or retry_in from now; attempt minus one. Returns false when the lease is no longer current. Locks the task''s row; NOTIFY skiplock.<stage> while a worker waits, when the task is due at once.';
-REVOKE ALL ON FUNCTION queue.release(bigint, uuid, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.release(bigint, uuid, interval) TO skiplock_worker, skiplock_admin;
+COMMENT ON FUNCTION queue.release(bigint, uuid, interval, text) IS 'Hands a running task back without counting the attempt (a worker shutting down, or a snooze): due again at once in its old place, or retry_in from now; attempt minus one. Returns false when the lease is no longer current. Locks the task''s row; NOTIFY skiplock.<stage> while a worker waits, when the task is due at once.';
+REVOKE ALL ON FUNCTION queue.release(bigint, uuid, interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.release(bigint, uuid, interval, text) TO skiplock_worker, skiplock_admin;

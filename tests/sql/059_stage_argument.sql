@@ -146,6 +146,10 @@ SELECT throws_ok(format('SELECT queue.cancel(%s, %L)', :a1, 'st.a'), '55000', NU
 
 -- The filter keeps the lookup on the primary key (id leads it) in a generic plan, the one a
 -- PL/pgSQL statement settles on: with a stage and without one.
+-- A backlog of 5,000 tasks in 10 stages (on a handful of rows a Seq Scan is the cheaper plan).
+INSERT INTO queue.live_tasks (stage, payload)
+SELECT 'st.plan' || (g % 10), '{}' FROM pg_catalog.generate_series(1, 5000) AS g;
+ANALYZE queue.live_tasks;
 SET LOCAL plan_cache_mode = force_generic_plan;
 PREPARE by_id(bigint, uuid, text) AS
     DELETE FROM queue.live_tasks t

@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl postgresql-15-plpgsql-check postgresql-15-cron libfaketime
 
-.PHONY: demo test bench profile revision check-schema system-packages venv venv-bench clean
+.PHONY: demo test docs bench profile revision baseline check-schema system-packages venv venv-bench clean
 
 ## demo: a throwaway cluster (or DATABASE_URL), migrations, workers draining a pipeline, a summary
 demo: venv
@@ -13,6 +13,10 @@ demo: venv
 ## test: pgTAP (pg_prove) and pytest against a throwaway cluster; never DATABASE_URL
 test: system-packages venv
 	$(PY) -m skiplock.testrun
+
+## docs: docs/reference.md from the catalog of a throwaway database migrated to head (skiplock docs)
+docs: venv
+	$(PY) -m skiplock docs --output docs/reference.md
 
 ## bench: pgbench workloads against the machine's own ceiling; writes bench/RESULTS.md
 bench: venv-bench
@@ -29,6 +33,10 @@ profile: venv
 ## revision: freeze what changed in schema/ into a new migration: make revision m="what changed"
 revision: venv
 	$(PY) -m skiplock.revision -m "$(m)"
+
+## baseline: rewrite the history as one revision generated from schema/ (refused once 0.1.0 is released)
+baseline: venv
+	$(PY) -m skiplock.revision --baseline
 
 check-schema: venv
 	$(PY) -m skiplock.revision --check

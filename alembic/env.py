@@ -25,7 +25,7 @@ from sqlalchemy import create_engine, pool, text
 from alembic.script import ScriptDirectory
 
 from skiplock.migrate import (MIGRATION_LOCK_KEY, backoff, is_lock_timeout, is_retryable, libpq_url,
-                              lock_queue_tables, lock_settings)
+                              lock_queue_tables, lock_settings, refuse_pre_release)
 
 config = context.config
 log = logging.getLogger("alembic.env")
@@ -58,6 +58,7 @@ def run_once(url: str, lock_timeout: str) -> None:
             connection.execute(text("SELECT set_config('lock_timeout', :t, true)"), {"t": lock_timeout})
             # The version table lives in schema queue, which must exist before Alembic looks.
             connection.execute(text("CREATE SCHEMA IF NOT EXISTS queue"))
+            refuse_pre_release(context.get_context().get_current_heads())
             # Something to do: take every queue table at once before the first DDL, so that the
             # run never holds one table while it queues for another (see lock_queue_tables).
             try:

@@ -261,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", type=_positive(int), default=3000, help="tasks to enqueue (default 3000)")
     p.add_argument("--workers", type=_positive(int), default=4, help="worker processes (default 4)")
     p.set_defaults(func=cmd_demo)
+
+    from skiplock import reference
+    reference.add_parser(sub, [db])
     return parser
 
 

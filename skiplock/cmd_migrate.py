@@ -64,6 +64,7 @@ def _with_progress(steps: int, label: str, run: Callable[[], None]) -> None:
 
 def upgrade(url: str, target: str = "head") -> int:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    migrate.refuse_pre_release([current_revision(url)])
     try:
         plan = planned(url, target)
     except psycopg.Error:

@@ -44,6 +44,21 @@ DEADLOCK_DETECTED = "40P01"
 LOCK_ORDER = ["stage_settings", "stage_access", "live_tasks", "stage_waiters", "history", "history_policy", "schedules"]
 
 
+# Revision ids of the pre-release history, replaced by the 0.1.0 baseline (0100).
+PRE_RELEASE = frozenset(f"{n:04d}" for n in range(1, 30))
+
+
+def refuse_pre_release(current: Sequence[str | None]) -> None:
+    """A database built by the pre-release history cannot be upgraded: one line that says what to do
+    (instead of Alembic's "Can't locate revision")."""
+    from alembic.util import CommandError
+    old = [r for r in current if r in PRE_RELEASE]
+    if old:
+        raise CommandError(
+            f"this database is at skiplock revision {old[0]}, from the pre-release history that 0.1.0 replaced "
+            "with one baseline: back up its tasks, DROP SCHEMA queue CASCADE, then run skiplock upgrade")
+
+
 def libpq_url(url: str) -> str:
     """A URL as libpq takes it: SQLAlchemy's postgresql+psycopg:// becomes postgresql://."""
     for prefix in ("postgresql+psycopg://", "postgresql+psycopg2://", "postgres://"):

@@ -43,7 +43,7 @@ def run_files(conn: Any, base: Path, files: Iterable[str]) -> None:
     with conn.cursor() as cur:
         for rel in files:
             sql = (base / rel).read_text()
-            as_owner = not rel.startswith("bootstrap/")
+            as_owner = "bootstrap" not in Path(rel).parts[:-1]  # schema/bootstrap/ or a revision's copy of it
             if as_owner:
                 cur.execute("SET LOCAL ROLE skiplock_owner")
             try:

@@ -1,19 +1,11 @@
 -- _compaction_due(): whether maintain() should compact() queue.live_tasks now, and why (not).
--- Due when all hold:
---   the table with its indexes is over 8 MB (smaller tables are not worth a lock);
---   it is over 4 times what its live tasks need (their width from pg_stats, 150 bytes if never
---   analyzed, plus about 100 bytes of tuple header and index entries per task);
---   vacuum has caught up (no snapshot still holds the bloat, so compacting cannot hide rows from
---   it): dead row versions are fewer than live ones, or a vacuum ended in the past 10 s and the
---   dead versions are no more than the churn since (a task leaves two: its claim and its finish;
---   three per task inserted since that vacuum leaves room for retries). The second test is what
---   lets a small backlog under heavy churn be compacted: there, the dead versions of a second's
---   work outnumber the live tasks even when vacuum removes everything it visits. A snapshot that
---   began after the last vacuum started escapes both tests; the window is that vacuum's age.
---   at most 50,000 live tasks (compact() holds its lock while it copies them; call it by hand for
---   more);
---   this session's last attempt did not fail on the lock in the past 60 s.
--- Reads only statistics: no lock on the table, no scan.
+-- Due when all hold: the table with its indexes is over 8 MB; it is over 4 times what its live
+-- tasks need (their width from pg_stats, 150 bytes if never analyzed, plus about 100 bytes of
+-- tuple header and index entries each); vacuum has caught up (dead versions fewer than live ones,
+-- or a vacuum ended in the past 10 s and the dead versions are no more than the churn since, three
+-- per task inserted); at most 50,000 live tasks (compact() holds its lock while it copies them);
+-- and this session's last try did not fail on the lock in the past 60 s.
+-- Reads statistics only: no lock on the table, no scan. Raises nothing.
 CREATE OR REPLACE FUNCTION queue._compaction_due(OUT due boolean, OUT detail text)
     LANGUAGE plpgsql
     VOLATILE
@@ -54,5 +46,5 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue._compaction_due() IS 'Internal: whether maintain() should compact queue.live_tasks (over 8 MB, over 4 times what its live tasks need, vacuum caught up (dead versions fewer than live ones, or no more than the churn since a vacuum of the past 10 s), at most 50,000 live tasks, no failed try in this session in the past 60 s), with the reason. Reads statistics only.';
+COMMENT ON FUNCTION queue._compaction_due() IS 'Internal: whether maintain() should compact queue.live_tasks now, and why: over 8 MB and 4 times what its live tasks need, vacuum caught up, at most 50,000 live tasks, no failed try in this session in the past 60 s. Reads statistics only.';
 REVOKE ALL ON FUNCTION queue._compaction_due() FROM PUBLIC;

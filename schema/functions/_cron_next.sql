@@ -1,21 +1,13 @@
 -- _cron_next(expr, after, timezone): the first tick of a cron expression strictly after `after`.
---   The fields are wall-clock values in `timezone`, a zone name PostgreSQL's TimeZone setting
---   accepts. The conversions run with TimeZone set to it (pinned to UTC around the call, so
---   the caller's setting is untouched): AT TIME ZONE would read a name that is also an
---   abbreviation (CET, EET, MET, WET, EST) as a fixed offset, CET as UTC+1 even in summer, and
---   what an abbreviation means depends on the caller's timezone_abbreviations.
---   A wall-clock time is turned into an instant by PostgreSQL's rules, so around a DST change:
---   a time the clocks skip fires as if the jump had not happened yet (02:30 in Europe/Berlin on
---   the last Sunday of March fires at 03:30 CEST, one tick even if 03:30 matches too); a time
---   that occurs twice fires once, at its second occurrence (standard time). Every matching
---   wall-clock time thus fires once; a schedule that runs more often than hourly pauses for the
---   repeated hour in autumn. UTC has none of this.
---   The search jumps month, day, hour and minute to the next allowed value instead of walking
---   minute by minute. A date no allowed month has (0 0 30 2 *) raises at once; any other
---   expression fires within 40 years (a 29 February that is a Sunday), so the search stops after
---   50 and raises.
--- Raises 22004 for a NULL argument, 22023 for an invalid expression, an unknown time zone, an
--- infinite `after` or an expression that never fires. Reads and writes nothing.
+--   The fields are wall-clock time in `timezone`, a zone name: TimeZone is set to it for the call
+--   (so CET keeps its summer time), and the caller's own setting is untouched.
+--   Around a DST change a skipped time fires as if the jump had not happened yet (02:30 on the
+--   spring-forward night fires at 03:30, once); a repeated time fires once, at its second
+--   occurrence, so a schedule more often than hourly pauses for the repeated hour.
+--   The search jumps to the next allowed month, day, hour and minute, and gives up after 50 years
+--   (an expression that fires at all fires within 40).
+-- Raises 22004 for a NULL argument; 22023 for an invalid expression, an unknown time zone, an
+-- infinite `after`, or an expression that never fires (0 0 30 2 *). Reads and writes nothing.
 CREATE OR REPLACE FUNCTION queue._cron_next(expr text, after timestamptz, timezone text DEFAULT 'UTC')
     RETURNS timestamptz
     LANGUAGE plpgsql
@@ -197,5 +189,5 @@ BEGIN
     RETURN v_best;
 END
 $$;
-COMMENT ON FUNCTION queue._cron_next(text, timestamptz, text) IS 'Internal: the first tick of a cron expression strictly after `after`, fields read as wall-clock time in `timezone` (a zone name, never read as an abbreviation: CET keeps its summer time; the caller''s TimeZone is untouched; a time skipped by DST fires as if before the jump; a repeated one fires once). Raises 22023 for an invalid expression or time zone, or one that never fires (0 0 30 2 *).';
+COMMENT ON FUNCTION queue._cron_next(text, timestamptz, text) IS 'Internal: the first tick of a cron expression strictly after `after`, its fields read as wall-clock time in the zone `timezone` (a time DST skips fires as if before the jump). Raises 22004, or 22023 for a bad expression or zone or one never firing.';
 REVOKE ALL ON FUNCTION queue._cron_next(text, timestamptz, text) FROM PUBLIC;

@@ -161,5 +161,5 @@ BEGIN
     RETURN v_result;
 END
 $$;
-COMMENT ON FUNCTION queue._cron_parse(text) IS 'Internal: parses a 5-field cron expression (minute hour day-of-month month day-of-week; *, a, a-b, */n, a-b/n, a/n, lists, jan-dec, sun-sat, 0 or 7 = Sunday, @hourly @daily @weekly @monthly @yearly) into queue.cron_fields. Raises 22004 for NULL, 22023 naming the bad field.';
+COMMENT ON FUNCTION queue._cron_parse(text) IS 'Internal: parses a 5-field cron expression (minute hour day-of-month month day-of-week; *, a, a-b, */n, a-b/n, a/n, lists, names, 0 or 7 = Sunday) or a macro (@hourly to @yearly) into queue.cron_fields. Raises 22004 for NULL, 22023 for a bad field.';
 REVOKE ALL ON FUNCTION queue._cron_parse(text) FROM PUBLIC;

@@ -46,5 +46,5 @@ BEGIN
     RETURN false;
 END
 $$;
-COMMENT ON FUNCTION queue._held_lock(bigint, text, text) IS 'Internal: for finish_locked and fail_locked after their fast check failed: true when the task''s row lock is still this transaction''s through a multixact (left by a rolled-back savepoint that wrote the row), confirmed by a FOR KEY SHARE NOWAIT that must leave xmax unchanged; 55000 when a savepoint holds it; false otherwise.';
+COMMENT ON FUNCTION queue._held_lock(bigint, text, text) IS 'Internal, for finish_locked and fail_locked: true when the task''s row lock is still this transaction''s through a multixact (a rolled-back savepoint wrote the row), confirmed by FOR KEY SHARE NOWAIT; 55000 when a savepoint holds it.';
 REVOKE ALL ON FUNCTION queue._held_lock(bigint, text, text) FROM PUBLIC;

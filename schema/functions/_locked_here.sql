@@ -31,5 +31,5 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION queue._locked_here(xid) IS 'Internal: whether a row with this xmax may be locked by the calling transaction''s top level: xmax is its id, or a multixact with it among the members (left by a rolled-back savepoint that wrote the locked row). A multixact number can match a plain xmax by chance, so a true answer is a candidate (_held_lock confirms it). Used by take_locked''s later takes and by _held_lock.';
+COMMENT ON FUNCTION queue._locked_here(xid) IS 'Internal: whether a row with this xmax may be locked by the calling transaction''s top level: xmax is its id, or a multixact it is a member of. A true answer is only a candidate, which _held_lock confirms. Used by take_locked and _held_lock.';
 REVOKE ALL ON FUNCTION queue._locked_here(xid) FROM PUBLIC;

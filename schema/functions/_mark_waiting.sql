@@ -34,5 +34,5 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION queue._mark_waiting(text) IS 'Internal, for take_next, take_locked and run_sql_tasks: records that a worker waits on the stage, so that enqueues send NOTIFY skiplock.<stage> for the next minute. Writes queue.stage_waiters at most about every 30 s per stage; never waits on a row another transaction is writing (SKIP LOCKED), and on a concurrent first insert for at most lock_timeout = 10 ms.';
+COMMENT ON FUNCTION queue._mark_waiting(text) IS 'Internal, for take_next, take_locked and run_sql_tasks: records that a worker waits on the stage, so that enqueues NOTIFY skiplock.<stage> for the next minute. Writes queue.stage_waiters about once per 30 s per stage; never waits on a held row.';
 REVOKE ALL ON FUNCTION queue._mark_waiting(text) FROM PUBLIC;

@@ -13,10 +13,8 @@ BEGIN
       FROM queue.history h
      WHERE h.id = _raise_not_live.id
        AND (_raise_not_live.stage IS NULL OR h.stage = _raise_not_live.stage)
-     -- Rows of one transaction share a timestamp. Only the task's last event took it out of
-     -- queue.live_tasks; what can precede it at the same instant are periodic runs (done or
-     -- fatal, after which the task was re-armed). A cancel always ends the task and a done or
-     -- fatal ends it only as a one-off, so on a tie: cancelled, then fatal, then done.
+     -- Rows of one transaction share a timestamp: on a tie the last event is cancelled, then
+     -- fatal, then done (earlier rows at that instant are periodic runs, see retry).
      ORDER BY h.finished DESC, CASE h.status WHEN 'cancelled' THEN 0 WHEN 'fatal' THEN 1 ELSE 2 END
      LIMIT 1;
     IF NOT FOUND THEN

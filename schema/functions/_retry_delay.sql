@@ -1,7 +1,8 @@
--- _retry_delay(settings, attempt): how long a task that failed its attempt-th attempt waits.
--- The cap is applied before the interval is built: base * 2^(attempt-1) overflows an interval
--- long before attempts run out (3 hours * 2^30), and a raise here would abort fail() and every
--- other task of the same reap_hung() call.
+-- _retry_delay(settings, attempt): how long a task that failed its attempt-th attempt waits:
+-- linear or exponential from backoff_base, capped at backoff_cap, spread by backoff_jitter.
+-- The cap is applied before the interval is built: base * 2^(attempt-1) overflows an interval long
+-- before attempts run out, and a raise here would abort fail() and the whole reap_hung() call.
+-- Reads and writes nothing; raises nothing.
 CREATE OR REPLACE FUNCTION queue._retry_delay(settings queue.stage_settings, attempt integer)
     RETURNS interval
     LANGUAGE sql

@@ -74,6 +74,6 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue._sql_claim(text, text) IS 'Internal, for run_sql_tasks (role skiplock_sql): claims the next due SQL task of a stage enqueued by the session''s login role, and returns its id, lease, request, timeout (or the stage''s lease_duration), attempt and start time. Honours pause, max_running and stage access.';
+COMMENT ON FUNCTION queue._sql_claim(text, text) IS 'Internal, for run_sql_tasks (role skiplock_sql): claims the next due SQL task of a stage enqueued by the session''s login role; returns its id, lease, request, timeout, attempt and start. Honours pause, max_running and stage access.';
 REVOKE ALL ON FUNCTION queue._sql_claim(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue._sql_claim(text, text) TO skiplock_sql;

@@ -1,14 +1,11 @@
 -- _sql_record(id, lease, result, error, give_back): run_sql_tasks' last step for one task, in the
--- transaction of the request itself (its effects and its record commit together).
---   result (error NULL)   the run succeeded: finish(); the history row gets the result, or is
---                         removed when the task was enqueued with keep_history => false.
---   error                 the run failed: fail(), so the stage's backoff and max_attempts decide
---                         between a retry and fatal.
---   give_back             the executor is stopping (its run was cancelled before the timeout):
---                         release(), the attempt is not counted.
--- finish() and fail() stamp now(), the start of this transaction, which began as the request
--- began; the run's history row gets the real end (clock_timestamp()) instead, and a periodic
--- task's next run is planned from it.
+-- request's own transaction (its effects and its record commit together).
+--   result     (error NULL) the run succeeded: finish(); the history row gets the result, or is
+--              removed when the task was enqueued with keep_history => false.
+--   error      the run failed: fail(); the stage's backoff and max_attempts decide.
+--   give_back  the executor is stopping: release(), the attempt is not counted.
+-- The run's history row is stamped with its real end (clock_timestamp()), and a periodic task's
+-- next run is planned from it.
 -- Returns false when the lease is no longer current (the task was reaped or cancelled).
 -- Locks the task's row; writes queue.live_tasks and queue.history.
 CREATE OR REPLACE FUNCTION queue._sql_record(
@@ -65,6 +62,6 @@ BEGIN
     RETURN v_done;
 END
 $$;
-COMMENT ON FUNCTION queue._sql_record(bigint, uuid, jsonb, text, boolean) IS 'Internal, for run_sql_tasks (role skiplock_sql): ends an SQL task''s attempt: done with its result (no history row with keep_history => false), failed with an error (retry or fatal by the stage''s policy), or released (executor stopping); the history row''s finished and a periodic task''s next run come from the run''s real end. False when the lease is not current.';
+COMMENT ON FUNCTION queue._sql_record(bigint, uuid, jsonb, text, boolean) IS 'Internal, for run_sql_tasks: ends an SQL task''s attempt as done with its result, failed with its error (retry or fatal by the stage''s policy), or released (executor stopping), stamped with the run''s real end. False when the lease is not current.';
 REVOKE ALL ON FUNCTION queue._sql_record(bigint, uuid, jsonb, text, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue._sql_record(bigint, uuid, jsonb, text, boolean) TO skiplock_sql;

@@ -1,20 +1,14 @@
 -- _take_grouped(stage, batch, group_limit, taken_at, lease_for, worker): take_next's claim for a
--- stage with a group_limit. Only take_next calls it, holding the stage's advisory lock, so no
--- other taker of the stage counts or claims meanwhile (VOLATILE: each statement sees what the
--- lock's earlier holders committed).
--- Each pass reads the groups at their cap (running tasks, from index live_tasks_running),
--- leaves their tasks out of the candidates altogether, so a group's backlog never stands in
--- front of other groups, and claims in claim order (priority, run_at, id) the first `left`
--- candidates whose group still has room: a group's k-th candidate is taken when its running
--- tasks + k <= group_limit (group_limit 1: one at a time per group, its head first). Tasks
--- without a group_key count only against max_running. A candidate another transaction holds is
--- skipped (SKIP LOCKED), and its group sits out the rest of the take, so that the group's next
--- task does not overtake it. The next pass starts after this pass's last candidate: everything
--- before it was taken, is in a group now at its cap, or is held, so no pass walks what an earlier
--- one walked (a tenant's long backlog is read once per take, not once per pass: 100 tenants of
--- 1,000 tasks, group_limit 1, batch 100 took 2.9 s before, 0.1 s after). A task in a group whose
--- running task finishes meanwhile waits for the next take. A take reads at most batch + 1,000
--- candidates, so only that many held tasks in a row can keep it from a free one behind them.
+-- stage with a group_limit. take_next calls it holding the stage's advisory lock, so no other
+-- taker of the stage counts or claims meanwhile (VOLATILE: each statement sees what the lock's
+-- earlier holders committed).
+-- Each pass leaves the groups at their cap out of the candidates and claims, in claim order
+-- (priority, run_at, id), those whose group still has room: a group's k-th candidate fits when its
+-- running tasks + k <= group_limit. Tasks without a group_key count only against max_running. A
+-- candidate another transaction holds is skipped (SKIP LOCKED) and its group sits out the rest of
+-- the take, so that its next task does not overtake it. The next pass starts after this pass's
+-- last candidate; a take reads at most batch + 1,000 candidates. A group whose running task ends
+-- during the take waits for the next take. Locks the claimed rows; writes queue.live_tasks.
 CREATE OR REPLACE FUNCTION queue._take_grouped(
         stage       text,
         batch       integer,

@@ -17,5 +17,5 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue._wake_waiters(text) IS 'Internal, for release, retry, fail, fail_locked, finish, finish_batch and reap_hung: when one of them makes a task due at once, sends NOTIFY skiplock.<stage> as enqueue does, only while a worker waits on the stage (stage_waiters) and its notify setting is on.';
+COMMENT ON FUNCTION queue._wake_waiters(text) IS 'Internal, for release, retry, fail, fail_locked, finish, finish_batch and reap_hung: when a task becomes due at once, sends NOTIFY skiplock.<stage> as enqueue does, only while a worker waits (stage_waiters) and the stage''s notify is on.';
 REVOKE ALL ON FUNCTION queue._wake_waiters(text) FROM PUBLIC;

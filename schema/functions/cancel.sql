@@ -1,8 +1,9 @@
--- cancel(id, stage): an admin gives up on a live task (ready, error or running): it moves to
--- queue.history as 'cancelled'. A worker still running it finds its lease gone (finish and fail
--- return false, heartbeat raises SK001). For a periodic task this ends its schedule: its history
--- keeps the runs. A task cancelled while it waits (ready, error) is recorded without a start, so
--- that its wait is not counted as run time. Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a finished task.
+-- cancel(id, stage): an admin gives up on a live task (ready, error or running): it moves to queue.history
+-- as 'cancelled'. A worker still running it finds its lease gone (finish and fail return false,
+-- heartbeat raises SK001). For a periodic task this ends its schedule; its history keeps the runs.
+-- A task cancelled while it waits is recorded without a start, so its wait is not counted as run
+-- time. Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a finished task.
+-- Locks the task's row; writes queue.live_tasks and queue.history.
 -- stage, when given, is the task's stage (routes the call on Citus); any other: P0002.
 CREATE OR REPLACE FUNCTION queue.cancel(id bigint, stage text DEFAULT NULL)
     RETURNS void

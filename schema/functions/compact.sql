@@ -1,18 +1,13 @@
--- compact(): give the hot table's space back. A snapshot held open (an idle transaction, a long
--- report, a lagging replica slot) keeps every task processed meanwhile as dead row versions; once it
--- ends, vacuum makes the space reusable but PostgreSQL keeps the files at their peak size, so the
--- claim index and the heap stay several times the backlog's size. compact() copies the live rows
--- out, TRUNCATEs queue.live_tasks (new, empty files for the heap and every index) and writes the
--- rows back with their ids, leases and states unchanged, in one transaction.
--- Locks: ACCESS EXCLUSIVE on queue.live_tasks until the caller's transaction ends; takes and
--- finishes wait meanwhile (about 0.3 s for a 30,000-task backlog on 2 cores). It waits at most
--- lock_timeout (100 ms) for the lock and raises 55P03 when a transaction holds the table.
--- Like any TRUNCATE it is not MVCC-safe: a REPEATABLE READ or SERIALIZABLE transaction whose
--- snapshot is older sees an empty hot table afterwards. READ COMMITTED work (every queue function
--- called on its own) is unaffected. maintain() calls it only when the table is mostly empty space.
--- It must itself run READ COMMITTED (0A000 otherwise): its copy of the rows is read after the
--- lock, with a fresh snapshot; an older one would write back a stale table, losing the tasks
--- enqueued since and bringing finished ones back.
+-- compact(): give the hot table's space back after bloat. Once a snapshot held open (an idle
+-- transaction, a long report, a lagging slot) is gone, vacuum makes the dead versions reusable but
+-- the files keep their peak size. compact() copies the live rows out, TRUNCATEs queue.live_tasks
+-- (new, empty files for the heap and every index) and writes the rows back with their ids, leases
+-- and states unchanged, in one transaction. Returns (tasks, bytes_before, bytes_after).
+-- Locks: ACCESS EXCLUSIVE on queue.live_tasks until the caller's transaction ends (takes and
+-- finishes wait meanwhile); it waits at most lock_timeout (100 ms) for it, else raises 55P03.
+-- Like any TRUNCATE it is not MVCC-safe: an older REPEATABLE READ or SERIALIZABLE snapshot sees an
+-- empty hot table afterwards. Raises 0A000 unless READ COMMITTED: its copy must be read with a
+-- fresh snapshot, after the lock. maintain() calls it only when the table is mostly free space.
 CREATE OR REPLACE FUNCTION queue.compact()
     RETURNS TABLE (tasks bigint, bytes_before bigint, bytes_after bigint)
     LANGUAGE plpgsql
@@ -50,6 +45,6 @@ BEGIN
     RETURN NEXT;
 END
 $$;
-COMMENT ON FUNCTION queue.compact() IS 'Gives queue.live_tasks'' space back after bloat (a long transaction held vacuum back): copies the live tasks out, TRUNCATEs the table and its indexes, writes them back unchanged. Takes ACCESS EXCLUSIVE on queue.live_tasks until the transaction ends (waits at most 100 ms for it, else 55P03, nothing changed). Not MVCC-safe, like TRUNCATE: older REPEATABLE READ snapshots see the hot table empty. Returns (tasks, bytes_before, bytes_after). Raises 0A000 outside READ COMMITTED. maintain() calls it when the table is mostly free space.';
+COMMENT ON FUNCTION queue.compact() IS 'Gives queue.live_tasks'' space back after bloat: copies the live tasks out, TRUNCATEs the table, writes them back unchanged. ACCESS EXCLUSIVE on it until commit (waits 100 ms, else 55P03). Not MVCC-safe, like TRUNCATE; 0A000 unless READ COMMITTED.';
 REVOKE ALL ON FUNCTION queue.compact() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.compact() TO skiplock_admin;

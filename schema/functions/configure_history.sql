@@ -2,12 +2,13 @@
 -- change how queue.history is partitioned and kept; arguments left NULL keep their value.
 -- Accepted: partition_interval 1, 2, 3, 4, 6, 8 or 12 hours, 1 day or 7 days (UTC periods that
 -- tile a day or a week, so every partition starts on a period boundary); premake 1 to 1000;
--- retention at least partition_interval and at most 1000 years (a later bound overflows the
--- timestamps rotation computes, and every maintain() call would fail); retention_action 'drop' or 'detach'; rotate_every
--- above zero and below partition_interval * premake (so that rotation outruns the premade
--- partitions). Anything else raises 22023 and changes nothing.
+-- retention from partition_interval to 1000 years (a later bound overflows the timestamps rotation
+-- computes); retention_action 'drop' or 'detach'; rotate_every above zero and below
+-- partition_interval * premake (rotation must outrun the premade partitions). Anything else raises
+-- 22023 and changes nothing.
 -- Nothing moves at once: the next rotation applies the policy (a new interval to periods not yet
 -- covered, a new retention to what it drops). Returns the policy row as stored.
+-- Locks and writes the one row of queue.history_policy.
 CREATE OR REPLACE FUNCTION queue.configure_history(
         partition_interval interval DEFAULT NULL,
         premake            integer  DEFAULT NULL,

@@ -3,10 +3,12 @@
 -- defaults of every stage without a row. Returns the stage's settings row.
 --   max_running  at most this many tasks of the stage run at once (0 removes the cap);
 --   group_limit  at most this many tasks of one group_key run at once (0 removes the cap);
---   paused       true: take_next hands out nothing of the stage until it is set false again.
--- A new limit applies to the takes that start after this call commits; tasks already running
--- are not stopped (a lowered cap holds again once enough of them end). Resuming a stage or
--- changing a cap sends its NOTIFY (unless the stage turned notify off), waking its workers.
+--   paused       true: takes hand out nothing of the stage until it is set false again.
+-- A new limit applies to the takes that start after this call commits; tasks already running are
+-- not stopped (a lowered cap holds again once enough of them end). Resuming a stage or changing a
+-- cap sends its NOTIFY (unless the stage turned notify off), waking its workers.
+-- Raises 22004/22023 for a bad stage, 22023 for a value out of range (leases and backoffs at most
+-- 100 years). Locks and writes the stage's row of queue.stage_settings.
 CREATE OR REPLACE FUNCTION queue.configure_stage(
         stage          text,
         lease_duration interval DEFAULT NULL,

@@ -1,24 +1,14 @@
--- enqueue(payload, stage, priority, run_at, key, mode, repeat, drift, group_key): add a task;
--- returns its id.
---   key        optional; unique among the live tasks of the stage.
---   mode       what to do when the key names a live task already:
---              'ignore' (default)  change nothing, return the existing id;
---              'rerun'             the seed's re-run of a changed task: a waiting task takes the new
---                                  payload, priority, run_at, repeat and drift and starts over at
---                                  attempt 0; a running one keeps running and is queued again (with
---                                  the new values) when its current attempt finishes or fails. The
---                                  group_key, like the stage, stays the one the task was created with.
---   repeat     periodic task (seed 001, seed 002's repeat): at least 1 second, no negative part.
---              Its first run is at run_at; each finish records the run in queue.history and
---              re-arms the same task for the next run (see finish); cancel() ends the schedule.
---   drift      periodic tasks (seed 002's drift): true (default) plans the next run from the
---              planned time of this one, skipping missed slots; false from the end of the run.
---   group_key  optional group (tenant, user, document) for the stage's group_limit (1 to 200
---              characters).
--- A restricted stage (see grant_stage) raises 42501 unless the caller may enqueue into it; so
--- does mode 'rerun' on the key of an SQL task (enqueue_sql), whose payload is its request.
--- Writes queue.live_tasks; sends NOTIFY on channel 'skiplock.<stage>' while a worker waits on the
--- stage (queue.stage_waiters), unless the stage turned it off.
+-- enqueue(payload, stage, priority, run_at, key, mode, repeat, drift, group_key): add a task and
+-- return its id. key is optional, unique among the live tasks of the stage; when it names one, mode
+-- 'ignore' (default) returns that id unchanged, and mode 'rerun' gives a waiting task the new
+-- payload, priority, run_at, repeat and drift from attempt 0, or queues a running one again with
+-- them when its attempt ends (stage and group_key stay). repeat (at least 1 second, no negative
+-- part) makes the task periodic: each finish records the run and re-arms it; cancel() ends it.
+-- drift (default true) plans the next run from this run's slot, skipping missed ones; false, from
+-- the run's end. group_key (1 to 200 characters) counts it against the stage's group_limit.
+-- Raises 22004/22023/54000 for bad arguments, 42501 for a restricted stage (grant_stage) the caller
+-- may not enqueue into, or for mode 'rerun' on an SQL task's key. Writes queue.live_tasks; NOTIFY
+-- skiplock.<stage> while a worker waits (stage_waiters), unless the stage turned it off.
 CREATE OR REPLACE FUNCTION queue.enqueue(
         payload   jsonb,
         stage     text        DEFAULT 'default',
@@ -172,6 +162,6 @@ BEGIN
     RETURN v_id;
 END
 $$;
-COMMENT ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text) IS 'Adds a task to a stage and returns its id. With a key, an existing live task of that key is kept (mode ''ignore'') or re-run with the new payload (mode ''rerun''). repeat makes it periodic (drift: plan from the slot, not the finish); group_key counts it against the stage''s group_limit. Raises 22004/22023/54000 for bad arguments, 42501 when the stage is restricted to other roles (grant_stage). Inserts one row into queue.live_tasks; wakes listeners on channel skiplock.<stage> while a worker waits (stage_waiters).';
+COMMENT ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text) IS 'Adds a task to a stage and returns its id. With a key, a live task of that key is kept (mode ''ignore'') or re-run with the new values (mode ''rerun''). repeat/drift make it periodic; group_key counts against group_limit. 42501 for a restricted stage.';
 REVOKE ALL ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text) TO skiplock_producer, skiplock_admin;

@@ -1,8 +1,10 @@
 -- enqueue_batch(payloads, stage, priority, run_at, group_key): add many tasks in one call (bulk
--- loads, producers that buffer). All or nothing: one bad payload rejects the batch. Keys and
--- repeats are not taken here; use enqueue() for keyed or periodic tasks. Every task of the batch
--- gets the same group_key (optional). A restricted stage (see grant_stage) raises 42501 unless
--- the caller may enqueue into it. Returns the new ids in the order of payloads.
+-- loads, producers that buffer) and return the new ids in the order of payloads. All or nothing:
+-- one bad payload rejects the batch. No keys or repeats (use enqueue() for those); every task gets
+-- the same group_key (optional).
+-- Raises 22004/22023/54000 for bad arguments (naming the element), 42501 for a restricted stage
+-- (grant_stage) the caller may not enqueue into. Writes queue.live_tasks; one NOTIFY
+-- skiplock.<stage> while a worker waits (stage_waiters).
 CREATE OR REPLACE FUNCTION queue.enqueue_batch(
         payloads  jsonb[],
         stage     text        DEFAULT 'default',
@@ -78,6 +80,6 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue.enqueue_batch(jsonb[], text, integer, timestamptz, text) IS 'Adds many tasks to a stage in one statement, all or nothing, and returns their ids in order. No keys or repeats (use enqueue); one optional group_key for all. Raises 22004/22023/54000 for bad arguments, 42501 when the stage is restricted to other roles (grant_stage). Inserts into queue.live_tasks; one NOTIFY on skiplock.<stage> while a worker waits (stage_waiters).';
+COMMENT ON FUNCTION queue.enqueue_batch(jsonb[], text, integer, timestamptz, text) IS 'Adds many tasks to a stage in one statement, all or nothing; returns their ids in order. No keys or repeats (use enqueue); one optional group_key for all. Raises 22004/22023/54000 for bad arguments, 42501 for a restricted stage.';
 REVOKE ALL ON FUNCTION queue.enqueue_batch(jsonb[], text, integer, timestamptz, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.enqueue_batch(jsonb[], text, integer, timestamptz, text) TO skiplock_producer, skiplock_admin;

@@ -1,21 +1,14 @@
--- enqueue_sql(request, stage, run_at, timeout, priority, key, mode, repeat, drift, max, keep_history):
--- add an SQL task (pg_task style): run_sql_tasks, called in a session of the role that called
--- enqueue_sql, runs `request` (one statement advised: several all run, and the result
--- describes only part of them; see the README) at run_at and stores its response in the task's
--- history row (result). The role is the caller's current role (SET ROLE, else the login).
---   timeout       the statement is cancelled after it (by the executor's watchdog); NULL: the
---                 stage's lease_duration bounds it.
---   key, mode     as enqueue: one live task per key and stage; 'ignore' returns the existing id,
---                 'rerun' replaces its request. Only the role that enqueued it may re-run it.
---   repeat, drift as enqueue: a periodic SQL task.
---   max           at most this many tasks of the stage run at once: sets the stage's max_running
---                 (configure_stage), which holds for every task of the stage. A stage's policy
---                 is an admin's: others may pass only the cap the stage already has (42501).
--- A restricted stage (grant_stage) raises 42501 before anything of it is read.
---   keep_history  false: a run that succeeds leaves no history row (pg_task's "delete").
--- Only members of skiplock_sql may call it. The request is kept in payload ({"sql", "timeout",
--- "keep_history"}); the role in live_tasks.run_as, which nothing but this function sets.
--- Writes queue.live_tasks (and stage_settings when max is given); NOTIFY as enqueue.
+-- enqueue_sql(request, stage, run_at, timeout, priority, key, mode, repeat, drift, max,
+-- keep_history): add an SQL task (pg_task style) and return its id. run_sql_tasks, in a session of
+-- the caller's current role (SET ROLE, else the login), runs `request` at run_at (one statement
+-- advised: several all run, and the result describes part of them) and stores its response in the
+-- history row (result). timeout: the watchdog cancels it after that (NULL: the stage's
+-- lease_duration). key, mode, repeat, drift: as enqueue; only the enqueuing role may re-run it.
+-- max: sets the stage's max_running (an admin's; others may pass only the cap it has).
+-- keep_history => false: a successful run leaves no history row. Members of skiplock_sql only.
+-- Raises 22004/22023/54000 for bad arguments; 42501 for a restricted stage, a non-admin's new max,
+-- or a key of another role's task. Writes queue.live_tasks (run_as, which nothing else sets) and,
+-- for max, queue.stage_settings; NOTIFY as enqueue.
 CREATE OR REPLACE FUNCTION queue.enqueue_sql(
         request      text,
         stage        text        DEFAULT 'sql',
@@ -150,6 +143,6 @@ BEGIN
     RETURN v_id;
 END
 $$;
-COMMENT ON FUNCTION queue.enqueue_sql(text, text, timestamptz, interval, integer, text, text, interval, boolean, integer, boolean) IS 'Adds an SQL task and returns its id: run_sql_tasks, in a session of the calling role, runs request (best one statement; several all run, the result describes part of them) at run_at, cancels it after timeout, stores its rows in the history row''s result (none with keep_history => false), retries errors by the stage''s policy. key/mode/repeat/drift as enqueue; max sets the stage''s max_running (skiplock_admin members only, unless it is the cap the stage has). Members of skiplock_sql only. Raises 22004/22023/54000 for bad arguments, 42501 for a restricted stage without the enqueue right, a max set by a non-admin, or a key held by another role''s task.';
+COMMENT ON FUNCTION queue.enqueue_sql(text, text, timestamptz, interval, integer, text, text, interval, boolean, integer, boolean) IS 'Adds an SQL task and returns its id: run_sql_tasks runs request as the calling role at run_at, cancels it after timeout and keeps its rows in the history row (result). key/mode/repeat/drift as enqueue; max sets max_running. skiplock_sql members only.';
 REVOKE ALL ON FUNCTION queue.enqueue_sql(text, text, timestamptz, interval, integer, text, text, interval, boolean, integer, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.enqueue_sql(text, text, timestamptz, interval, integer, text, text, interval, boolean, integer, boolean) TO skiplock_sql, skiplock_admin;

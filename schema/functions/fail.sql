@@ -1,15 +1,13 @@
 -- fail(id, lease, error, fatal, retry_in, stage): end the attempt that holds `lease` with an error.
--- The task waits as 'error' and is retried after retry_in, or after the stage's backoff
--- (stage_settings: backoff, backoff_base, backoff_cap, backoff_jitter). With fatal => true, or
--- when this was the stage's max_attempts-th attempt, it is 'fatal': moved to queue.history, never
--- retried. A task enqueued again with mode 'rerun' while it ran is queued again from attempt 0,
--- without the error of the run it replaced (a re-run starts clean, as release and finish leave it).
--- A periodic task that becomes fatal is recorded as fatal in queue.history and re-armed for its
--- next slot (as finish() re-arms it), so one bad run does not end its schedule; cancel() does.
--- The error text is kept to 2,000 characters (see _bounded_error).
--- A task due again at once (retry_in '0', a zero backoff, a re-run) wakes the stage's waiting
--- workers (_wake_waiters).
+-- The task waits as 'error' and is retried after retry_in, or after the stage's backoff. With
+-- fatal => true, or at the stage's max_attempts-th attempt, it is 'fatal': moved to queue.history,
+-- never retried; a periodic task is then recorded as fatal and re-armed for its next slot (cancel()
+-- ends a schedule, one bad run does not). A task enqueued again with mode 'rerun' while it ran is
+-- queued again from attempt 0, without this run's error. The error text is cut to 2,000
+-- characters. A task due again at once wakes the stage's waiting workers (_wake_waiters).
 -- Returns true when this call ended the attempt; false, changing nothing, when lease is not current.
+-- Raises 22004 for a NULL id or lease, 22023 for a negative retry_in.
+-- Locks the task's row; writes queue.live_tasks, and queue.history when fatal.
 -- stage, when given, is the task's stage (routes the call on Citus); any other: false.
 CREATE OR REPLACE FUNCTION queue.fail(
         id       bigint,
@@ -100,6 +98,6 @@ BEGIN
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval, text) IS 'Ends a running attempt with an error if lease is current: retried after retry_in or the stage''s backoff, or fatal (moved to queue.history) when fatal => true or attempts are used up; a periodic task''s fatal run is recorded and the task re-armed for its next slot. Returns false, changing nothing, for a lease that is not current. Locks the task''s row.';
+COMMENT ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval, text) IS 'Ends a running attempt with an error if lease is current: retried after retry_in or the stage''s backoff, or fatal (to queue.history) when fatal => true or attempts are used up; a periodic task is re-armed. False when lease is not current.';
 REVOKE ALL ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval, text) TO skiplock_worker, skiplock_admin;

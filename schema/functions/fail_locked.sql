@@ -1,15 +1,14 @@
 -- fail_locked(id, error, fatal, retry_in, worker, stage): end with an error a task this transaction took
--- with take_locked. As fail(): the task waits as 'error' with its attempt counted and is retried
--- after retry_in or the stage's backoff; with fatal => true, or at the stage's max_attempts-th
--- attempt, it is 'fatal', moved to queue.history (a periodic task is recorded and re-armed). The
--- error text is kept to 2,000 characters. Roll back the worker's own writes first, to a savepoint
--- taken after take_locked. The row lock is the claim: only a task whose lock belongs to this
--- transaction ends. A task due again at once (retry_in '0', a zero backoff) wakes the stage's
--- waiting workers when this transaction commits (_wake_waiters).
--- Returns true when this call ended the attempt; false, changing nothing, for any other task
--- (55000 for a task taken inside a savepoint, as finish_locked).
--- Locks the task's row (already locked by take_locked); writes queue.live_tasks, and
--- queue.history when fatal.
+-- with take_locked. As fail(): the task waits as 'error', its attempt counted, and is retried after
+-- retry_in or the stage's backoff; with fatal => true, or at max_attempts, it is 'fatal', moved to
+-- queue.history (a periodic task is recorded and re-armed). Roll back the worker's own writes first,
+-- to a savepoint taken after take_locked. The row lock is the claim: only a task whose lock belongs
+-- to this transaction ends. A task due again at once wakes the stage's waiting workers when this
+-- transaction commits (_wake_waiters).
+-- Returns true when this call ended the attempt; false, changing nothing, for any other task.
+-- Raises 22004 for a NULL id, 22023 for a negative retry_in or a long worker name, 55000 for a task
+-- taken inside a savepoint. Locks the task's row (already locked by take_locked); writes
+-- queue.live_tasks, and queue.history when fatal.
 -- stage, when given, is the task's stage (routes the call on Citus); any other: false.
 CREATE OR REPLACE FUNCTION queue.fail_locked(
         id       bigint,
@@ -112,6 +111,6 @@ BEGIN
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text, text) IS 'Ends with an error a task this transaction took with take_locked, as fail() does: retried after retry_in or the stage''s backoff with its attempt counted, or fatal (moved to queue.history) when fatal => true or attempts are used up; a periodic task''s fatal run is recorded and the task re-armed. Only a task whose row lock belongs to this transaction ends; false, changing nothing, for any other (55000 when taken inside a savepoint). Roll back the work to a savepoint first.';
+COMMENT ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text, text) IS 'Ends with an error a task this transaction took with take_locked, as fail() does (retry or fatal). Only a task whose row lock belongs to this transaction ends; false, changing nothing, for any other; 55000 when taken in a savepoint.';
 REVOKE ALL ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text, text) TO skiplock_worker, skiplock_admin;

@@ -1,15 +1,15 @@
--- finish(id, lease, next_stage, stage): end the attempt that holds `lease` successfully.
--- Without next_stage the task is done: it leaves queue.live_tasks and is written to queue.history
--- in the same statement. With next_stage (a pipeline) it is recorded as done in its current stage
--- and waits, ready, in next_stage from attempt 0. A task enqueued again with mode 'rerun' while it
--- ran is queued again in its stage instead (waking the stage's waiting workers when it is due).
--- A periodic task (repeat set) is recorded as done in queue.history and, in the same statement,
--- re-armed: the same row waits, ready from attempt 0, for its next run (see _next_slot: with
--- drift the first slot after now, skipping missed ones; without drift now() + repeat). It cannot
--- move to another stage: next_stage raises 22023 for it (cancel() ends a schedule). Moving into a
--- restricted stage (see grant_stage) needs the enqueue right on it, else 42501.
--- Returns true when this call ended the attempt; false when the lease is not the task's current
--- one (reaped, retaken, already finished, cancelled): then it changes nothing.
+-- finish(id, lease, next_stage, stage): end the attempt that holds `lease` successfully. Without
+-- next_stage the task is done: it leaves queue.live_tasks and is written to queue.history in the
+-- same statement. With next_stage (a pipeline) it is recorded as done in its current stage and
+-- waits, ready, in next_stage from attempt 0. A task enqueued again with mode 'rerun' while it ran
+-- is queued again in its stage instead. A periodic task is recorded as done and re-armed: the same
+-- row waits for its next run (see _next_slot); it cannot move to another stage.
+-- Returns true when this call ended the attempt; false, changing nothing, when the lease is not the
+-- task's current one (reaped, retaken, already finished, cancelled).
+-- Raises 22004 for a NULL id or lease; 22023 for a bad next_stage or one given for a periodic task
+-- (cancel() ends a schedule); 42501 for a restricted next_stage without the enqueue right; SK002
+-- when a live task of next_stage has the same key. Locks the task's row; writes queue.live_tasks and
+-- queue.history; a task due at once wakes its stage's waiting workers.
 -- stage, when given, is the task's current stage (routes the call on Citus); any other: false.
 CREATE OR REPLACE FUNCTION queue.finish(id bigint, lease uuid, next_stage text DEFAULT NULL,
                                         stage text DEFAULT NULL)
@@ -145,6 +145,6 @@ BEGIN
     RETURN false;
 END
 $$;
-COMMENT ON FUNCTION queue.finish(bigint, uuid, text, text) IS 'Ends a running attempt successfully if lease is current: the task is done (moved to queue.history) or, with next_stage, recorded done and queued ready in that stage; a periodic task is recorded done and re-armed for its next run (next_stage raises 22023 for it; 42501 when next_stage is restricted to other roles). Returns false, changing nothing, for a lease that is not current. Locks the task''s row.';
+COMMENT ON FUNCTION queue.finish(bigint, uuid, text, text) IS 'Ends a running attempt successfully if lease is current: done (to queue.history) or, with next_stage, queued ready in that stage; a periodic task is recorded and re-armed. False, changing nothing, for a lease that is not current.';
 REVOKE ALL ON FUNCTION queue.finish(bigint, uuid, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.finish(bigint, uuid, text, text) TO skiplock_worker, skiplock_admin;

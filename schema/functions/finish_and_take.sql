@@ -1,10 +1,10 @@
 -- finish_and_take(finished_id, finished_lease, stage, batch, lease_for, worker): a worker's loop
 -- step in one call and one commit: finish() the attempt it just completed, then take_next() from
--- the stage. Half the commits of finish + take_next, which is what bounds a worker that handles
--- short tasks one at a time. Returns the taken tasks as take_next does, each with `finished`
--- (what finish() returned for finished_id: false when that lease was no longer current); when
--- nothing is due, one row with `finished` and every other column NULL. finished_id and
--- finished_lease both NULL: nothing to finish (the first call of a loop); finished is NULL.
+-- the stage (half the commits of the two calls, for workers that take one short task at a time).
+-- Returns the taken tasks as take_next does, each with `finished` (what finish() returned for
+-- finished_id); when nothing is due, one row with `finished` and every other column NULL.
+-- finished_id and finished_lease both NULL: nothing to finish (the first call of a loop).
+-- Raises 22004 when only one of them is NULL, and what finish() and take_next() raise.
 -- Locks and writes what finish() and take_next() do.
 -- The finished task must be of stage (one shard on Citus): one of another stage is not finished.
 CREATE OR REPLACE FUNCTION queue.finish_and_take(
@@ -46,6 +46,6 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue.finish_and_take(bigint, uuid, text, integer, interval, text) IS 'A worker''s loop step in one commit: finishes the attempt (finished_id, finished_lease) as finish() does, then claims up to batch due tasks of stage as take_next() does, returning them with finished (finish()''s answer); one row with only finished when nothing is due. Both NULL: nothing to finish. Raises what finish and take_next raise.';
+COMMENT ON FUNCTION queue.finish_and_take(bigint, uuid, text, integer, interval, text) IS 'A worker''s loop step in one commit: finishes (finished_id, finished_lease) as finish() does, then takes up to batch tasks as take_next() does, each returned with finished; one row with only finished when nothing is due.';
 REVOKE ALL ON FUNCTION queue.finish_and_take(bigint, uuid, text, integer, interval, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.finish_and_take(bigint, uuid, text, integer, interval, text) TO skiplock_worker, skiplock_admin;

@@ -1,7 +1,9 @@
--- finish_batch(id[], lease[], stage): finish many attempts in one call and one commit (workers that
--- take in batches). Pairs id[i] with lease[i]; pairs whose lease is not current are skipped.
--- Periodic tasks are recorded done and re-armed for their next run, as finish() does.
--- Returns how many attempts it ended.
+-- finish_batch(id[], lease[], stage): finish many attempts in one call and one commit (workers that take
+-- in batches). Pairs id[i] with lease[i]; pairs whose lease is not current are skipped. Periodic
+-- tasks are recorded done and re-armed for their next run, and tasks re-run while they ran are
+-- queued again, as finish() does. Returns how many attempts it ended.
+-- Raises 22004 for a NULL element, 22023 for NULL or unequal arrays or too many
+-- pairs. Locks the rows it finishes; writes queue.live_tasks and queue.history.
 -- stage, when given, is the tasks' stage (routes the call on Citus); tasks of others are skipped.
 CREATE OR REPLACE FUNCTION queue.finish_batch(id bigint[], lease uuid[], stage text DEFAULT NULL)
     RETURNS integer

@@ -1,16 +1,15 @@
--- finish_locked(id, worker, stage): end successfully a task this transaction took with take_locked.
--- The task is done: it leaves queue.live_tasks and is written to queue.history in the same
--- statement, with the attempt it ran as, started at the transaction's start and finished now
--- (clock time). A periodic task is recorded as done and re-armed for its next run, as finish()
--- does. worker, if given, is recorded in queue.history (take_locked wrote nothing to hold it).
--- The row lock is the claim: only a task whose row lock belongs to this transaction ends, which
--- is what a lease token is to finish(); it survives a rolled-back savepoint that wrote the row.
--- Returns false, changing nothing, for any other task: never taken, taken by another
--- transaction, already ended (also inside a savepoint), or re-run (enqueue mode 'rerun') by this
--- same transaction, which leaves it ready to run again with its new payload. A task taken inside
--- a savepoint (its lock is the subtransaction's) raises 55000.
+-- finish_locked(id, worker, stage): end successfully a task this transaction took with take_locked. The
+-- task leaves queue.live_tasks and is written to queue.history as done, with the attempt it ran as,
+-- started at the transaction's start and finished at clock time; a periodic task is recorded and
+-- re-armed, as finish() does. worker, if given, is recorded in queue.history.
+-- The row lock is the claim, as the lease is to finish(): only a task whose row lock belongs to
+-- this transaction ends (it survives a rolled-back savepoint that wrote the row). Returns false,
+-- changing nothing, for any other task: never taken, another transaction's, already ended, or
+-- re-run by this same transaction (left ready for its new payload).
 -- Commit the worker's own writes in the same transaction: they and the finish are one.
--- Locks the task's row (already locked by take_locked); writes queue.live_tasks and queue.history.
+-- Raises 22004 for a NULL id, 22023 for a long worker name, 55000 for a task taken inside a
+-- savepoint. Locks the task's row (already locked by take_locked); writes queue.live_tasks and
+-- queue.history.
 -- stage, when given, is the task's stage (routes the call on Citus); any other: false.
 CREATE OR REPLACE FUNCTION queue.finish_locked(id bigint, worker text DEFAULT NULL, stage text DEFAULT NULL)
     RETURNS boolean
@@ -97,6 +96,6 @@ BEGIN
     RETURN false;
 END
 $$;
-COMMENT ON FUNCTION queue.finish_locked(bigint, text, text) IS 'Ends successfully a task this transaction took with take_locked: moved to queue.history as done (a periodic task is recorded and re-armed). Only a task whose row lock belongs to this transaction ends; false, changing nothing, for any other (never taken, another transaction''s, already ended, re-run by this transaction); 55000 when taken inside a savepoint. Commit the worker''s own writes in the same transaction.';
+COMMENT ON FUNCTION queue.finish_locked(bigint, text, text) IS 'Ends successfully a task this transaction took with take_locked: done, to queue.history (a periodic task is re-armed). Only a task whose row lock belongs to this transaction ends; false, changing nothing, otherwise; 55000 when taken in a savepoint.';
 REVOKE ALL ON FUNCTION queue.finish_locked(bigint, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.finish_locked(bigint, text, text) TO skiplock_worker, skiplock_admin;

@@ -1,15 +1,13 @@
--- fire_schedules(now): enqueue one task for every schedule that is due (next_fire <= now);
--- returns how many tasks it enqueued. queue.maintain() calls it; `now` can be injected for tests.
---   Missed ticks are skipped, not burst: a schedule fires once per call, for its latest due tick
---   (last_fired), and next_fire moves to its first tick after now.
---   Exactly once per tick, however many sessions call it at once: due schedules are locked
---   FOR UPDATE SKIP LOCKED (a schedule another session is firing is left to it) and checked again
---   once locked; the task and the new next_fire commit together. The task's key is
---   'schedule:<name>:<tick in UTC, YYYY-MM-DDTHH:MI:SSZ>', so a tick whose task is still live is
---   never enqueued again, even if next_fire were set back.
---   Call it in READ COMMITTED (the default): under REPEATABLE READ a schedule fired by another
---   session since the snapshot raises 40001.
--- Locks: the due rows of queue.schedules until commit. Writes queue.schedules (next_fire,
+-- fire_schedules(now): enqueue one task for every schedule that is due (next_fire <= now); returns
+-- how many tasks it enqueued. queue.maintain() calls it; `now` can be injected for tests.
+-- Missed ticks are skipped, not burst: a schedule fires once per call, for its latest due tick
+-- (last_fired), and next_fire moves to its first tick after now. Exactly once per tick with many
+-- callers: due schedules are locked FOR UPDATE SKIP LOCKED and checked again once locked, the task
+-- and the new next_fire commit together, and the task's key 'schedule:<name>:<tick in UTC>' keeps
+-- a tick whose task is still live from being enqueued again.
+-- Call it in READ COMMITTED: under REPEATABLE READ a schedule another session fired since the
+-- snapshot raises 40001. Raises 22004 for a NULL now, 22023 for an infinite one.
+-- Locks the due rows of queue.schedules until commit. Writes queue.schedules (next_fire,
 -- last_fired) and queue.live_tasks (through queue.enqueue, which also sends NOTIFY).
 CREATE OR REPLACE FUNCTION queue.fire_schedules(now timestamptz DEFAULT pg_catalog.now())
     RETURNS integer
@@ -82,6 +80,6 @@ BEGIN
     RETURN v_count;
 END
 $$;
-COMMENT ON FUNCTION queue.fire_schedules(timestamptz) IS 'Enqueues one task for each schedule due at now (next_fire <= now), for its latest due tick (missed ticks are skipped, not burst), and moves next_fire past now. Exactly once per tick with many concurrent callers (FOR UPDATE SKIP LOCKED; task key schedule:<name>:<tick>). Returns the count. Called by queue.maintain(). Writes queue.schedules, queue.live_tasks.';
+COMMENT ON FUNCTION queue.fire_schedules(timestamptz) IS 'Enqueues one task for each schedule due at now, for its latest due tick (missed ticks skipped), and moves next_fire past now. Exactly once per tick with concurrent callers (SKIP LOCKED, task key per tick). Returns the count. Run by maintain().';
 REVOKE ALL ON FUNCTION queue.fire_schedules(timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.fire_schedules(timestamptz) TO skiplock_admin;

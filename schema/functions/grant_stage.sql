@@ -1,9 +1,10 @@
 -- grant_stage(stage, role, enqueue, take): restrict a stage to the roles granted on it and let
 -- members of `role` enqueue into it (enqueue) and/or take from it (take). The first grant on a
--- stage makes it restricted: from then on only the roles listed in queue.stage_access (and
--- members of skiplock_admin) may enqueue into it or take from it; everyone else gets 42501.
+-- stage makes it restricted: from then on only the roles listed in queue.stage_access (and members
+-- of skiplock_admin) may enqueue into it or take from it; everyone else gets 42501.
 -- Granting again replaces the role's two rights. A stage without a stage_settings row gets one,
 -- copied from the defaults row '*' (as configure_stage does), with restricted = true.
+-- Raises 22004 for a NULL argument, 22023 for a bad stage name.
 -- Locks the stage's stage_settings row (grants and revokes on one stage run one at a time).
 -- Writes queue.stage_settings and queue.stage_access.
 CREATE OR REPLACE FUNCTION queue.grant_stage(

@@ -1,26 +1,15 @@
--- maintain(now): the one entry point for housekeeping; call it every second or every minute from
--- one or many sessions (cron, the `skiplock maintain` loop) as skiplock_admin, in its own
--- transaction. `now` is the time rotation works with (tests inject it); reaping always uses the
--- transaction's now().
---   reap_hung          recovers tasks whose lease expired (queue.reap_hung()).
---   fire_schedules     enqueues one task per due tick of each cron schedule (queue.fire_schedules(now)).
---   rotate_partitions  runs queue.rotate_partitions(now) when history_policy.last_rotated is older
---                      than rotate_every (or NULL, or in the future); one session rotates, the
---                      others see it is due, fail pg_try_advisory_xact_lock and go on at once.
---                      A call whose rotation created, dropped or detached a partition leaves a
---                      due compaction to the next call (both locks last until the transaction ends).
---   compact            runs queue.compact() when queue._compaction_due() says the hot table is
---                      mostly free space (after a long transaction held vacuum back); one session
---                      at a time; its ACCESS EXCLUSIVE lock on queue.live_tasks lasts until this
---                      transaction ends, which is why it comes last. A try that times out on the
---                      lock is not repeated by this session for 60 s. An autovacuum working on
---                      the table is cancelled (maintain waits deadlock_timeout + 1 s for its
---                      lock); behind a manual VACUUM or ANALYZE it tries again at its next call.
--- Returns a row per task: how many things it did, and what. Cheap when nothing is due: reaping
--- reads only the partial index of running tasks, firing reads the index on schedules.next_fire,
--- the rotation check reads one row, the compaction check reads statistics, and nothing is
--- written. Finishing never depends on it: without rotation, finished tasks go to the default
--- partition of queue.history (see rotate_partitions).
+-- maintain(now): the one entry point for housekeeping; call it every second or every minute, from
+-- one or many sessions, as skiplock_admin, in its own transaction. `now` is the time rotation works
+-- with (tests inject it); reaping uses the transaction's now(). Steps, each only when due:
+--   reap_hung          tasks whose lease expired; fire_schedules: due cron ticks (queue.<step>()).
+--   rotate_partitions  when history_policy.last_rotated is older than rotate_every (one session
+--                      rotates; the others fail pg_try_advisory_xact_lock and go on at once).
+--   compact            when queue._compaction_due() says the hot table is mostly free space; last,
+--                      as its ACCESS EXCLUSIVE lock lasts until the transaction ends; skipped after
+--                      a rotation that changed partitions. It cancels an autovacuum in its way
+--                      (waiting deadlock_timeout + 1 s) and steps around a manual VACUUM.
+-- Returns a row per step (task, count, detail). Cheap when nothing is due: index probes, one row,
+-- statistics; nothing written. Raises 22004 for a NULL now.
 CREATE OR REPLACE FUNCTION queue.maintain(now timestamptz DEFAULT pg_catalog.now())
     RETURNS TABLE (task text, count integer, detail text)
     LANGUAGE plpgsql
@@ -101,14 +90,8 @@ BEGIN
         detail := 'due, but this call rotated history partitions; compacting at the next call';
     ELSIF v_due THEN
         IF pg_catalog.pg_try_advisory_xact_lock(v_compact_key) THEN
-            -- Autovacuum visits a bloated hot table for seconds at a time, back to back, and can
-            -- hold it for minutes retrying to truncate it: compact() would time out behind it.
-            -- So take vacuum's own lock first, which keeps the next vacuum from starting, and
-            -- wait for it a second longer than deadlock_timeout: after deadlock_timeout
-            -- PostgreSQL cancels an autovacuum that blocks a lock request (not a manual VACUUM,
-            -- nor one against wraparound). Takes and finishes do not queue behind this request:
-            -- their ROW EXCLUSIVE lock does not conflict with it. compact() then waits only for
-            -- the workers' short transactions.
+            -- Vacuum's own lock first, waited for past deadlock_timeout, when PostgreSQL cancels a
+            -- blocking autovacuum; takes and finishes (ROW EXCLUSIVE) do not queue behind it.
             v_lock_timeout := pg_catalog.current_setting('lock_timeout');
             BEGIN
                 PERFORM pg_catalog.set_config('lock_timeout',
@@ -142,6 +125,6 @@ BEGIN
     RETURN NEXT;
 END
 $$;
-COMMENT ON FUNCTION queue.maintain(timestamptz) IS 'Housekeeping in one call: reaps hung tasks, fires due cron schedules, rotates history partitions when rotate_every has passed, compacts queue.live_tasks when it is mostly free space (queue.compact(); ACCESS EXCLUSIVE on it until the transaction ends), cancelling an autovacuum in the way after deadlock_timeout and stepping around a manual VACUUM. A row per task (task, count, detail). Safe and cheap every second from many sessions; writes nothing when nothing is due.';
+COMMENT ON FUNCTION queue.maintain(timestamptz) IS 'Housekeeping in one call, each step only when due: reaps hung tasks, fires cron schedules, rotates history partitions, compacts queue.live_tasks (ACCESS EXCLUSIVE until commit). A row per step. Cheap every second from many sessions.';
 REVOKE ALL ON FUNCTION queue.maintain(timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.maintain(timestamptz) TO skiplock_admin;

@@ -1,10 +1,11 @@
 -- reap_hung(): recover the tasks of workers that died or hang: every running task whose lease
--- expired becomes 'error' (retried per its stage's backoff, error text 'lease expired …') or,
--- when its attempts are used up, 'fatal' (moved to queue.history); one enqueued again with mode
--- 'rerun' while it ran is ready again from attempt 0. A periodic task out of attempts is recorded
--- as fatal and re-armed for its next slot, as fail() does. Returns how many it recovered.
--- Recovers at most 10,000 tasks a call. Uses FOR UPDATE SKIP LOCKED, so many sessions may call it at once; reads only the partial
--- index of running tasks, so calling it every second is cheap.
+-- expired becomes 'error' (retried per its stage's backoff, error text 'lease expired …') or, when
+-- its attempts are used up, 'fatal' (moved to queue.history); one enqueued again with mode 'rerun'
+-- while it ran is ready again from attempt 0. A periodic task out of attempts is recorded as fatal
+-- and re-armed for its next slot, as fail() does. Returns how many it recovered, at most 10,000 a
+-- call. FOR UPDATE SKIP LOCKED: many sessions may call it at once. Reads only the partial index of
+-- running tasks, so calling it every second is cheap. Tasks due again at once wake their stage's
+-- waiting workers. Locks and writes the rows it recovers (queue.live_tasks, queue.history).
 CREATE OR REPLACE FUNCTION queue.reap_hung()
     RETURNS integer
     LANGUAGE plpgsql
@@ -86,6 +87,6 @@ BEGIN
     RETURN v_count;
 END
 $$;
-COMMENT ON FUNCTION queue.reap_hung() IS 'Recovers running tasks whose lease expired (dead or hung workers): back to error with a retry per the stage backoff, or fatal when out of attempts (a periodic task: its run fatal, the task re-armed). Returns the count. SKIP LOCKED: safe from many sessions; cheap every second.';
+COMMENT ON FUNCTION queue.reap_hung() IS 'Recovers running tasks whose lease expired (dead or hung workers): error with a retry per the stage''s backoff, or fatal when out of attempts (a periodic task is re-armed). Returns the count. SKIP LOCKED: safe from many sessions, cheap every second.';
 REVOKE ALL ON FUNCTION queue.reap_hung() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.reap_hung() TO skiplock_admin;

@@ -1,16 +1,14 @@
--- release(id, lease, retry_in, stage): hand a running task back without counting the attempt, e.g. when
--- a worker shuts down before it could do the work, or cannot do it yet (a rate limit, a resource
--- not ready: "snooze"). Without retry_in the task is due again at once and keeps its place
--- (priority and run_at are unchanged); with it, it is due retry_in from now. Either way its
--- attempt counter goes back by one, so shutdowns and snoozes never use up max_attempts. A task
--- enqueued again with mode 'rerun' while it ran starts over from attempt 0 with its new payload.
--- A task due at once wakes the stage's waiting workers (_wake_waiters).
--- Returns false, changing nothing, when the lease is not the task's current one (reaped,
--- retaken, finished or cancelled meanwhile).
+-- release(id, lease, retry_in, stage): hand a running task back without counting the attempt: a worker
+-- shuts down before it could do the work, or cannot do it yet (a rate limit, a resource not ready:
+-- a "snooze"). Without retry_in the task is due again at once and keeps its place (priority and
+-- run_at unchanged); with it, it is due retry_in from now. Its attempt counter goes back by one, so
+-- shutdowns and snoozes never use up max_attempts. A task enqueued again with mode 'rerun' while it
+-- ran starts over from attempt 0 with its new payload. A task due at once wakes the stage's waiting
+-- workers (_wake_waiters).
+-- Returns false, changing nothing, when the lease is not the task's current one. Raises 22004 for a
+-- NULL id or lease, 22023 for a negative retry_in. Locks and writes the task's row.
 -- stage, when given, is the task's stage (routes the call on Citus); any other: false.
--- The signature gained retry_in in revision 0019: the two-argument version goes first, so that a
--- call with two arguments has one function to resolve to. No client breaks: every call of the
--- old one, positional or named, resolves to the new one, retry_in taking its default.
+-- The two-argument release is dropped first, so that a two-argument call resolves to this one.
 -- squawk-ignore ban-drop-function
 DROP FUNCTION IF EXISTS queue.release(bigint, uuid);
 CREATE OR REPLACE FUNCTION queue.release(id bigint, lease uuid, retry_in interval DEFAULT NULL,
@@ -60,6 +58,6 @@ BEGIN
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION queue.release(bigint, uuid, interval, text) IS 'Hands a running task back without counting the attempt (a worker shutting down, or a snooze): due again at once in its old place, or retry_in from now; attempt minus one. Returns false when the lease is no longer current. Locks the task''s row; NOTIFY skiplock.<stage> while a worker waits, when the task is due at once.';
+COMMENT ON FUNCTION queue.release(bigint, uuid, interval, text) IS 'Hands a running task back without counting the attempt (a worker shutting down, or a snooze): due again at once in its old place, or retry_in from now. False when the lease is no longer current. Wakes waiting workers when due at once.';
 REVOKE ALL ON FUNCTION queue.release(bigint, uuid, interval, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.release(bigint, uuid, interval, text) TO skiplock_worker, skiplock_admin;

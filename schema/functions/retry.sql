@@ -1,9 +1,10 @@
--- retry(id, stage): an admin queues a failed task again now, from attempt 0: an 'error' task waiting
--- for its retry, or a 'fatal' or 'cancelled' task from queue.history (its history row goes back
--- to queue.live_tasks). A ready task is left as it is. A periodic task that was cancelled comes
--- back as a one-off run (history does not keep the schedule: enqueue it again to restore it).
+-- retry(id, stage): an admin queues a failed task again now, from attempt 0: an 'error' task waiting for
+-- its retry, or a 'fatal' or 'cancelled' task from queue.history (its history row goes back to
+-- queue.live_tasks). A ready task is left as it is. A periodic task that was cancelled comes back
+-- as a one-off run (history does not keep the schedule: enqueue it again to restore it).
 -- Wakes the stage's waiting workers (_wake_waiters).
--- Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a running or done task.
+-- Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a running or done task, SK002 when
+-- a live task has taken its key. Locks the task's row; writes queue.live_tasks and queue.history.
 -- stage, when given, is the task's last stage (routes the call on Citus); any other: P0002 or 55000.
 CREATE OR REPLACE FUNCTION queue.retry(id bigint, stage text DEFAULT NULL)
     RETURNS void
@@ -94,6 +95,6 @@ BEGIN
     PERFORM queue._wake_waiters(v_last.stage);
 END
 $$;
-COMMENT ON FUNCTION queue.retry(bigint, text) IS 'Queues a failed task (error, fatal or cancelled) again now from attempt 0 (a cancelled periodic task as a one-off run). Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a running or done task, SK002 when a live task took its key. NOTIFY skiplock.<stage> while a worker waits.';
+COMMENT ON FUNCTION queue.retry(bigint, text) IS 'Queues a failed task (error, fatal or cancelled) again now from attempt 0 (a cancelled periodic task as a one-off run). Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a running or done task, SK002 when a live task took its key.';
 REVOKE ALL ON FUNCTION queue.retry(bigint, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.retry(bigint, text) TO skiplock_admin;

@@ -1,6 +1,7 @@
 -- revoke_stage(stage, role): remove a role's rights on a stage; returns whether it had any.
 -- When the last role goes, the stage is open again (stage_settings.restricted = false): anyone
 -- with skiplock_producer / skiplock_worker may use it, as before the first grant_stage.
+-- Raises 22004 for a NULL argument, 22023 for a bad stage name.
 -- Locks the stage's stage_settings row (grants and revokes on one stage run one at a time).
 -- Writes queue.stage_access and queue.stage_settings.
 CREATE OR REPLACE FUNCTION queue.revoke_stage(

@@ -1,47 +1,15 @@
--- rotate_partitions(now): keep queue.history partitioned by finish time per queue.history_policy.
---   1. Creates the partitions missing from the current period to `premake` periods ahead
---      (UTC periods aligned to partition_interval, named from their start: history_20261122 for a
---      day or week, history_2026112213 for an hour). Where partitions of another size already
---      cover part of a period, only the uncovered rest is created.
---   2. Empties the default partition with TRUNCATE when every row in it is older than the
---      retention; otherwise keeps them all and says so.
---   3. Drops (or detaches, per retention_action) each partition whose whole range ends before
---      now - retention.
--- Returns a row per action: created, truncated, kept, dropped, detached, or 'skipped: <why>'.
--- Under retention_action 'detach' the default partition's expired rows are not truncated but
--- copied to a plain table queue.history_default_<UTC time> first (action 'detached').
--- No row at all when there was nothing to do. Records now in history_policy.last_rotated.
---
--- Finishing never fails for want of a partition: a row that no dated partition covers goes to
--- queue.history_default. A range with rows in the default gets no partition (attaching it would
--- have to move them): it is reported 'skipped: rows in default', and its rows stay in the default
--- until every row there is older than the retention, when step 2 truncates it.
---
--- Locks, measured with pg_locks on PostgreSQL 15:
---   CREATE TABLE … PARTITION OF, DROP TABLE <partition>, ALTER TABLE … DETACH PARTITION:
---     ACCESS EXCLUSIVE on queue.history itself and on queue.history_default (and the partition).
---   ALTER TABLE queue.history ATTACH PARTITION: SHARE UPDATE EXCLUSIVE on queue.history (finishes
---     and readers go on), ACCESS EXCLUSIVE on queue.history_default and on the attached table;
---     it scans the default partition (normally empty) for rows of the new range.
---   TRUNCATE queue.history_default: ACCESS EXCLUSIVE on queue.history_default only.
--- So a partition is made by CREATE TABLE (LIKE) + ATTACH. The light lock on queue.history is used
--- only for a partition that starts more than an hour after clock_timestamp(): a finish that
--- already routed its row to the default under the old partition list fails its partition check
--- ("violates partition constraint") if the attached range covers that row (measured), and no
--- finish can hold a row an hour in the future. Nearer partitions (normally made `premake` periods
--- earlier) and drops take ACCESS EXCLUSIVE on queue.history, last, so it is held briefly.
--- It waits at most 100 ms for a lock (lock_timeout, set on the function); a lock still busy then
--- skips that partition this round ('skipped: busy', naming the sessions that hold it) and the
--- next rotation tries again. Not NOWAIT: under a steady stream of finishes some session always
--- holds a lock on queue.history, so NOWAIT never got it (the benchmark's 10-minute soak skipped
--- every drop). Finishes that arrive while it waits queue behind it, so a rotation can stall them
--- for up to 100 ms; after one wait has timed out, every later lock of the call waits 1 ms at most.
--- Never deletes row by row.
---
--- Serialised with pg_try_advisory_xact_lock: a concurrent second call returns a single row
--- 'skipped: rotation running' at once. Call it in its own transaction (autocommit, READ
--- COMMITTED): the locks it takes are held until that transaction ends. Tables it writes:
--- queue.history (its partitions), queue.history_policy (last_rotated).
+-- rotate_partitions(now): keep queue.history partitioned by finish time per queue.history_policy:
+--   1. creates the partitions missing from the current period to `premake` periods ahead (UTC
+--      periods named from their start: history_20261122, history_2026112213), only the uncovered
+--      rest where partitions of another size cover part of a period; a range with rows in the
+--      default partition gets none ('skipped: rows in default');
+--   2. empties the default partition (TRUNCATE) once every row in it is past the retention; under
+--      retention_action 'detach' it first copies them to queue.history_default_<UTC time>;
+--   3. drops or detaches each partition whose whole range ends before now - retention.
+-- Returns a row per action (none when nothing was due) and records last_rotated. Waits at most
+-- 100 ms for a lock, else skips that partition this round ('skipped: busy', naming the holders).
+-- Holds ACCESS EXCLUSIVE on queue.history to the end of the transaction, except to attach partitions
+-- over an hour ahead; a concurrent call returns 'skipped: rotation running'. Raises 22004 for NULL.
 CREATE OR REPLACE FUNCTION queue.rotate_partitions(now timestamptz DEFAULT pg_catalog.now())
     RETURNS TABLE (action text, partition text, detail text)
     LANGUAGE plpgsql
@@ -192,7 +160,7 @@ BEGIN
                 v_name := 'history_default_' || pg_catalog.to_char(pg_catalog.clock_timestamp() AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISSUS');
                 EXECUTE pg_catalog.format('CREATE TABLE queue.%I AS TABLE queue.history_default', v_name);
                 EXECUTE pg_catalog.format('COMMENT ON TABLE queue.%I IS %L', v_name,
-                            pg_catalog.format('Finished tasks of %s to %s UTC, copied out of queue.history_default by queue.rotate_partitions() (retention_action detach) before it emptied the default partition: no longer read by skiplock. Archive it, then drop it.',
+                            pg_catalog.format('Finished tasks of %s to %s UTC, copied out of queue.history_default by queue.rotate_partitions() (retention_action detach): no longer read by skiplock. Archive it, then drop it.',
                                 pg_catalog.to_char(v_oldest AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'),
                                 pg_catalog.to_char(v_newest AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')));
                 TRUNCATE queue.history_default;
@@ -284,7 +252,7 @@ BEGIN
     RETURN;
 END
 $$;
-COMMENT ON FUNCTION queue.rotate_partitions(timestamptz) IS 'Creates the history partitions from the current period to premake ahead, truncates the default partition once all its rows are past the retention, drops or detaches partitions past it. Waits at most 100 ms for a lock (finishes queue behind it meanwhile); a partition still busy is skipped this round. A row per action. Call in its own transaction.';
+COMMENT ON FUNCTION queue.rotate_partitions(timestamptz) IS 'Creates history partitions up to premake periods ahead, empties the default partition once all its rows are past the retention, drops or detaches expired partitions. Waits at most 100 ms for a lock, else skips this round. A row per action.';
 REVOKE ALL ON FUNCTION queue.rotate_partitions(timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.rotate_partitions(timestamptz) TO skiplock_admin;
 

@@ -1,23 +1,14 @@
--- run_sql_tasks(stage, max_tasks, worker, ran): the SQL tasks' executor. Runs, one after another,
--- up to max_tasks due SQL tasks of a stage that the session's login role enqueued: an executor
--- logs in as the role whose tasks it runs (pg_cron: a job per role, owned by it), so a request
--- has exactly that role's privileges, whatever it does. Per task: the claim is committed (the
--- task is running, leased); the request runs; deferred constraints are checked
--- (SET CONSTRAINTS ALL IMMEDIATE) so that their errors count as the task's; the outcome is
--- recorded and committed with the request's effects; then the session is cleaned (temp objects
--- dropped, settings reset, advisory locks released) in a transaction of its own, so nothing
--- carries over to the next task. Returns (INOUT ran) how many it ran; fewer than max_tasks means
--- the stage had no more due tasks of this role, or the executor was told to stop.
--- Results: a query's rows are kept (CREATE TEMP TABLE AS) as jsonb with column names and types;
--- other statements report their command and row count. Errors are caught with their SQLSTATE and
--- recorded with fail() (the stage's retry policy decides). A statement cancelled past its timeout
--- (cancel_overdue_sql_tasks) is recorded as 57014; one cancelled by stop_sql_executor (the
--- executor is stopping) is handed back with release() and the call returns; any other cancel is
--- the task's error.
--- SECURITY INVOKER (a procedure that commits cannot be SECURITY DEFINER): needs role skiplock_sql,
--- and refuses to run under SET ROLE (42501): the session user must be the role itself. Call it
--- with CALL, outside an explicit transaction block.
--- Locks: each claimed row, one at a time.
+-- run_sql_tasks(stage, max_tasks, worker, ran): the SQL tasks' executor. Runs, one after another, up
+-- to max_tasks due SQL tasks of a stage that the session's login role enqueued (an executor logs in
+-- as that role, so a request has exactly its privileges). Per task: the claim commits; the request
+-- runs, then its deferred constraints (SET CONSTRAINTS ALL IMMEDIATE), so their errors are the
+-- task's; the outcome commits with the request's effects; the session is cleaned (temp objects,
+-- settings, advisory locks) in a transaction of its own. A query's rows are kept as jsonb with
+-- column names and types; other statements report their command and row count. Errors go to fail()
+-- with their SQLSTATE; a cancel past the timeout is 57014; a stop_sql_executor stop hands the task
+-- back (release) and returns. INOUT ran: how many it ran. SECURITY INVOKER (it commits): needs
+-- skiplock_sql; CALL it outside a transaction block. Raises 22023 for max_tasks < 1, 42501 under
+-- SET ROLE. Locks each claimed row in turn; writes queue.live_tasks and queue.history.
 CREATE OR REPLACE PROCEDURE queue.run_sql_tasks(
         stage     text    DEFAULT 'sql',
         max_tasks integer DEFAULT 100,
@@ -152,6 +143,6 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON PROCEDURE queue.run_sql_tasks(text, integer, text, integer) IS 'The SQL tasks'' executor: CALL queue.run_sql_tasks(''reports'', 10) runs up to 10 due SQL tasks of the stage enqueued by the session''s login role (log in as that role; SET ROLE is refused), committing after each; rows go to the history row''s result, errors (with SQLSTATE) to fail(), timeouts (cancel_overdue_sql_tasks) are 57014; a stop request (stop_sql_executor) hands the task back and returns. Returns ran.';
+COMMENT ON PROCEDURE queue.run_sql_tasks(text, integer, text, integer) IS 'The SQL tasks'' executor: CALL queue.run_sql_tasks(''reports'', 10) runs up to 10 due SQL tasks of the stage enqueued by the session''s login role (no SET ROLE), committing after each; results go to history, errors to fail(). Returns ran.';
 REVOKE ALL ON PROCEDURE queue.run_sql_tasks(text, integer, text, integer) FROM PUBLIC;
 GRANT EXECUTE ON PROCEDURE queue.run_sql_tasks(text, integer, text, integer) TO skiplock_sql;

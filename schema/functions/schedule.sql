@@ -1,13 +1,13 @@
--- schedule(name, cron, stage, payload, priority, timezone): create or replace a named cron
--- schedule; returns its next fire time. Each due tick enqueues one task (payload, stage,
--- priority) when queue.fire_schedules() runs (queue.maintain() calls it).
+-- schedule(name, cron, stage, payload, priority, timezone): create or replace a named cron schedule;
+-- returns its next fire time. Each due tick enqueues one task (payload, stage, priority) when
+-- queue.fire_schedules() runs (queue.maintain() calls it).
 --   cron      5 fields (minute hour day-of-month month day-of-week) or a macro, see _cron_parse.
 --   timezone  the cron fields are wall-clock time there (default UTC), see _cron_next.
 -- Replacing keeps the pending tick when cron and timezone are unchanged, so re-running a deploy
--- script never loses or repeats a tick; a new cron or timezone starts from the first tick after
--- now (or after the last fired tick, if that is later: a tick never fires twice).
--- Raises 22004 for a NULL argument, 22023 for an invalid name, cron expression (or one that
--- never fires), stage, payload or time zone, 54000 for a payload over 1 MiB.
+-- script never loses or repeats a tick; a new cron or timezone starts from the first tick after now
+-- (or after the last fired tick, if later: a tick never fires twice).
+-- Raises 22004 for a NULL argument, 22023 for an invalid name, cron expression (or one that never
+-- fires), stage, payload or time zone, 54000 for a payload over 1 MiB.
 -- Writes queue.schedules (one row, locked until commit).
 CREATE OR REPLACE FUNCTION queue.schedule(
         name     text,
@@ -93,6 +93,6 @@ BEGIN
     RETURN v_next;
 END
 $$;
-COMMENT ON FUNCTION queue.schedule(text, text, text, jsonb, integer, text) IS 'Creates or replaces a named cron schedule (5-field cron or @daily etc., read in timezone); each due tick enqueues one task with this payload, stage and priority when fire_schedules() runs. Returns the next fire time. Replacing with the same cron and timezone keeps the pending tick. Raises 22004/22023/54000 for bad arguments. Writes queue.schedules.';
+COMMENT ON FUNCTION queue.schedule(text, text, text, jsonb, integer, text) IS 'Creates or replaces a named cron schedule (5-field cron or @daily etc., in timezone): each due tick enqueues one task when fire_schedules() runs. Returns the next fire time. Same cron and timezone keep the pending tick. Writes queue.schedules.';
 REVOKE ALL ON FUNCTION queue.schedule(text, text, text, jsonb, integer, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.schedule(text, text, text, jsonb, integer, text) TO skiplock_admin;

@@ -1,15 +1,12 @@
--- stop_sql_executor(pid): ask the SQL executor running in backend `pid` to stop: the statement
--- it runs is cancelled, its task handed back (release: ready again, the attempt not counted) and
--- its CALL returns. A cancel alone cannot say this: run_sql_tasks counts as a stop only a cancel
--- before the task's timeout while another session holds the advisory lock (1936419948, pid),
--- which this function takes for the rest of the caller's session (or until
--- pg_advisory_unlock(1936419948, pid)); any other cancel, such as a request cancelling itself, is
--- the task's error. The executor looks for the lock when the cancel reaches it, and a caller that
--- disconnects at once (psql -c) would take the lock away first: so, after the signal, this waits
--- until the executor's CALL has returned, at most 1 s (its state in pg_stat_activity, which shows
--- the caller's own sessions; for another role's executor, without pg_read_all_stats, it cannot
--- see that and returns at once). SECURITY INVOKER: it signals the caller's own executors. Returns
--- whether the signal was sent.
+-- stop_sql_executor(pid): ask the SQL executor running in backend `pid` to stop: the statement it
+-- runs is cancelled, its task handed back (release: ready again, the attempt not counted) and its
+-- CALL returns. run_sql_tasks counts as a stop only a cancel before the task's timeout while another
+-- session holds advisory lock (1936419948, pid), which this takes for the rest of the caller's
+-- session; any other cancel is the task's error. After the signal it waits, at most 1 s, until the
+-- executor's CALL has returned (its state in pg_stat_activity), so that a caller that disconnects at
+-- once still counts; for another role's executor it cannot see that and returns at once.
+-- SECURITY INVOKER: it signals the caller's own executors. Returns whether the signal was sent.
+-- Raises 22004 for a NULL pid, 22023 for the caller's own pid.
 CREATE OR REPLACE FUNCTION queue.stop_sql_executor(pid integer)
     RETURNS boolean
     LANGUAGE plpgsql
@@ -46,6 +43,6 @@ BEGIN
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION queue.stop_sql_executor(integer) IS 'Asks the SQL executor in backend pid (the caller''s own) to stop: its statement is cancelled, its task handed back without counting the attempt, its CALL returns. Holds advisory lock (1936419948, pid) for the caller''s session so that run_sql_tasks can tell this from any other cancel, and waits up to 1 s for the executor''s CALL to return, so that a session that ends right after (psql -c) still counts.';
+COMMENT ON FUNCTION queue.stop_sql_executor(integer) IS 'Asks the SQL executor in backend pid (the caller''s own) to stop: its statement is cancelled, its task handed back without counting the attempt. Holds advisory lock (1936419948, pid) for the session and waits up to 1 s for the executor.';
 REVOKE ALL ON FUNCTION queue.stop_sql_executor(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.stop_sql_executor(integer) TO skiplock_sql;

@@ -1,31 +1,14 @@
 -- take_locked(stage, batch): claim up to `batch` due tasks of a stage for the caller's own
--- transaction. The worker runs the task inside that transaction and ends it there with
--- finish_locked or fail_locked; the row lock is the claim. Nothing is written at the take: no
--- status change, no lease, so a take and a finish cost one commit and one new row version
--- fewer than take_next + finish. Same order as take_next (priority, run_at, id), same
--- FOR UPDATE SKIP LOCKED: concurrent callers get disjoint tasks and never wait on each other.
--- The lock ends with the transaction: a rollback, a killed worker or a crashed server gives the
--- task back at once, ready, and its attempt is not counted (a task that kills its worker is
--- retried for ever; give such work to take_next, whose leases count every attempt).
--- Call it at the top level of an explicit transaction (BEGIN … COMMIT), not in a savepoint and not
--- in autocommit: finish_locked and fail_locked only end tasks whose row lock belongs to the
--- transaction itself. While the transaction is open it holds back vacuum's horizon, like any
--- transaction: for short tasks only; long ones belong to take_next and a lease.
--- Returns the tasks with the attempt they run as (one more than recorded). A task taken this way
--- shows as 'ready' in queue.live_tasks while it runs. Stages with max_running or group_limit
--- count running tasks, which this take does not make: it raises 0A000 for them. A paused stage
--- hands out nothing; a restricted one (grant_stage) raises 42501 unless the caller may take.
--- SQL tasks (enqueue_sql) are left to run_sql_tasks, as in take_next. Several takes in one
--- transaction hand out different tasks: one the transaction already holds is skipped.
--- Claim position: as take_next, each session starts where its last claim in the stage ended
--- (setting skiplock.claim_hint, shared with take_next), so that it does not walk the index
--- entries of tasks finished since, which stay until vacuum removes them. Order
--- stays exact across priorities; within one, a task that lands behind the position is taken once
--- nothing past it is due, or within 5 s.
--- Wake-ups: finding nothing due, it marks the stage as waited on (queue.stage_waiters, as
--- take_next; a write about once per 30 s, kept when the caller's transaction commits), so that
--- enqueues send NOTIFY skiplock.<stage> to a worker that LISTENs while it waits.
--- Locks: the claimed rows, until the caller's transaction ends. Writes nothing when it claims.
+-- transaction, returning each with the attempt it runs as; the row lock is the claim. The worker
+-- runs the task inside that transaction and ends it there with finish_locked or fail_locked.
+-- Nothing is written at the take (no status, no lease): the task shows 'ready' while it runs.
+-- Order, SKIP LOCKED and the claim position are take_next's; a later take in the same transaction
+-- skips the tasks it holds. A rollback, a killed worker or a crash gives the task back at once, its
+-- attempt not counted. Call it at the top level of BEGIN … COMMIT (not in a savepoint), for short
+-- tasks: the open transaction holds back vacuum. Skips SQL tasks; a paused stage hands out nothing;
+-- finding nothing due, it marks the stage as waited on (stage_waiters), as take_next does.
+-- Raises 22004/22023 for a bad stage or batch, 0A000 for a stage with max_running or group_limit,
+-- 42501 for a restricted stage. Locks the claimed rows until the transaction ends.
 CREATE OR REPLACE FUNCTION queue.take_locked(
         stage text    DEFAULT 'default',
         batch integer DEFAULT 1)
@@ -63,7 +46,7 @@ BEGIN
                   HINT = 'Take 1 to 10000 tasks per call.';
     END IF;
     -- The stage's own settings, else the defaults ('*'): two primary-key probes cost less than
-    -- one statement that sorts both rows (7 µs of a 76 µs call: docs/performance.md).
+    -- one statement that sorts both rows.
     SELECT s.restricted, s.max_running, s.group_limit, s.paused
       INTO v_restricted, v_max_running, v_group_limit, v_paused
       FROM queue.stage_settings s
@@ -90,7 +73,7 @@ BEGIN
     -- Where to start: as take_next, where this session's last claim in the stage ended, so that
     -- a claim does not walk the index entries of the tasks finished since, which stay until
     -- vacuum removes them (and all of them while an old snapshot holds it back). The same logic
-    -- as take_next's, inline: in a helper function its call cost 2.5 % of a take and finish.
+    -- as take_next's, inline: a helper function's call costs more than the copy.
     -- Split, not regexp_match; the pattern and the lengths only guard the casts (see take_next).
     v_setting := pg_catalog.current_setting('skiplock.claim_hint', true);
     IF v_setting ~ '^-?[0-9]+/-?[0-9]+/[0-9]+/-?[0-9]+/' THEN
@@ -174,6 +157,6 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue.take_locked(text, integer) IS 'Claims up to batch due tasks of a stage for the caller''s transaction, by row lock only (FOR UPDATE SKIP LOCKED; order as take_next): writes nothing, no lease (finding nothing due, it marks the stage as waited on in stage_waiters, as take_next, so that enqueues NOTIFY). Run the task in that transaction and end it there with finish_locked or fail_locked; a rollback or a killed worker gives it back at once, its attempt not counted. Call at the top level of BEGIN … COMMIT, for short tasks (the open transaction holds back vacuum). Leaves SQL tasks to run_sql_tasks; a second take in the same transaction skips the tasks it holds. Raises 0A000 for stages with max_running or group_limit, 42501 for a restricted stage; returns nothing while paused. Starts where the session''s last claim ended, as take_next.';
+COMMENT ON FUNCTION queue.take_locked(text, integer) IS 'Claims up to batch due tasks for the caller''s transaction by row lock only (no lease, nothing written); end each in the same transaction with finish_locked or fail_locked. Call inside BEGIN … COMMIT; short tasks only. 0A000 for limited stages.';
 REVOKE ALL ON FUNCTION queue.take_locked(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.take_locked(text, integer) TO skiplock_worker, skiplock_admin;

@@ -1,32 +1,15 @@
--- take_next(stage, batch, lease_for, worker): claim up to `batch` due tasks of a stage.
--- Picks waiting tasks (ready, or error with a due retry) in order of priority (lower first),
--- run_at, id, with FOR UPDATE SKIP LOCKED: concurrent callers get disjoint tasks and never wait
--- on each other. Each task taken starts a new attempt with a fresh lease token that finish, fail
--- and heartbeat must present; the lease lasts lease_for, or the stage's lease_duration.
--- Concurrency limits (stage_settings.max_running, group_limit; see configure_stage): in a stage
--- with either, takers are serialised by a transaction-level advisory lock on the stage (keys
--- 1936419947 = 'sklk' and hashtext(stage)), held until the taker's transaction ends, so that
--- counting the running tasks and claiming are one step: no over-admission under concurrent
--- takes. This holds for callers in READ COMMITTED (each statement sees what the previous lock
--- holder committed); under REPEATABLE READ or SERIALIZABLE the count may be stale. A worker
--- should take in its own short transaction (autocommit), or it holds the stage's takers up until
--- it commits. max_running caps the batch at the free room; with group_limit a group at its cap
--- is skipped, never waited on (see _take_grouped). Stages without limits take no lock and run
--- the claim query alone. A paused stage (configure_stage(stage, paused => true)) hands out nothing.
--- A restricted stage (see grant_stage) raises 42501 unless the caller may take from it.
--- SQL tasks (enqueue_sql) are never handed out here: run_sql_tasks runs them, in a session of
--- the role that enqueued them.
--- Claim position: a session remembers where its last claim in a stage ended (the session
--- setting skiplock.claim_hint) and its next claim starts there, so it does not walk the index
--- entries of tasks already taken, which pile up while an old snapshot holds back vacuum. Order
--- stays exact across priorities (a due task of a lower priority number sends the claim back to
--- the beginning); within a priority, a task that lands behind the position (a release, a
--- producer transaction that commits long after it began) is taken once nothing past the
--- position is due, or within 5 s, when the claim starts from the beginning again.
--- Finding nothing due, it records that a worker waits (queue.stage_waiters, about once per 30 s),
--- which turns on the NOTIFY of enqueues into the stage for a minute.
--- Locks: the claimed rows only (and, in a limited stage, the stage's advisory lock). Writes
--- queue.live_tasks.
+-- take_next(stage, batch, lease_for, worker): claim up to `batch` due tasks of a stage: waiting
+-- tasks (ready, or error with a due retry) in order of priority (lower first), run_at, id, FOR
+-- UPDATE SKIP LOCKED, so concurrent callers get disjoint tasks and never wait on each other. Each
+-- starts a new attempt with a fresh lease token, valid for lease_for or the stage's lease_duration.
+-- In a stage with max_running or group_limit, takers are serialised by a transaction-level advisory
+-- lock on the stage, so that counting and claiming are one step (take in short transactions, READ
+-- COMMITTED). A session starts its claim where its last one in the stage ended (setting
+-- skiplock.claim_hint): exact across priorities; within one, a task landing behind is taken within
+-- 5 s. Skips SQL tasks; a paused stage hands out nothing. Finding nothing due, it marks the stage as
+-- waited on (stage_waiters), which turns on enqueue's NOTIFY for a minute.
+-- Raises 22004/22023 for a bad stage, batch, lease_for or worker, 42501 for a restricted stage.
+-- Locks the claimed rows (and the stage's advisory lock); writes queue.live_tasks.
 CREATE OR REPLACE FUNCTION queue.take_next(
         stage     text     DEFAULT 'default',
         batch     integer  DEFAULT 1,
@@ -134,7 +117,7 @@ BEGIN
     -- there, unless a task of a lower priority number is due, nothing is due past that point,
     -- or the last scan from the beginning is 5 s old (for tasks that land behind it: a release,
     -- a long producer transaction's commit).
-    -- Split, not regexp_match: its capture groups cost about 40 µs of a 335 µs take. The
+    -- Split, not regexp_match, whose capture groups are costly on the hot path. The
     -- pattern and the lengths only guard the casts: a value set by hand is ignored, not an error.
     v_setting := pg_catalog.current_setting('skiplock.claim_hint', true);
     IF v_setting ~ '^-?[0-9]+/-?[0-9]+/[0-9]+/-?[0-9]+/' THEN
@@ -225,6 +208,6 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue.take_next(text, integer, interval, text) IS 'Claims up to batch due tasks of a stage (lowest priority, then run_at, then id; FOR UPDATE SKIP LOCKED, never waits) and returns each with its attempt and lease token. Each session starts its claim where its previous one ended (setting skiplock.claim_hint; from the beginning when a lower priority number is due, nothing is due past that point, or every 5 s). Locks only the rows it claims; a stage with max_running or group_limit also serialises its takers on an advisory lock until their transaction ends (limits hold for READ COMMITTED callers). Finding nothing due it marks the stage as waited on (stage_waiters), so enqueues NOTIFY. Leaves SQL tasks (enqueue_sql) to run_sql_tasks. Returns nothing while the stage is paused; raises 42501 when the stage is restricted to other roles (grant_stage).';
+COMMENT ON FUNCTION queue.take_next(text, integer, interval, text) IS 'Claims up to batch due tasks of a stage (priority, run_at, id; SKIP LOCKED, never waits), each with a new attempt and lease token. Starts where the session''s last claim ended. A stage with limits serialises its takers. 42501 for restricted stages.';
 REVOKE ALL ON FUNCTION queue.take_next(text, integer, interval, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.take_next(text, integer, interval, text) TO skiplock_worker, skiplock_admin;

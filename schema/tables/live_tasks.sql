@@ -43,7 +43,7 @@ CREATE INDEX live_tasks_claim ON queue.live_tasks (stage, priority, run_at, id)
     WHERE status IN ('ready', 'error');
 -- The running tasks, for the stages with a concurrency limit (they count them per stage and per
 -- group) and for reap_hung() (expired leases). One index, not one for each: every take writes an
--- entry into each index of running rows, and a second one cost W2b about 10 % of its throughput.
+-- entry into each index of running rows.
 CREATE INDEX live_tasks_running ON queue.live_tasks (stage, group_key, lease_expires)
     WHERE status = 'running';
 -- A key names at most one live task of a stage (idempotent enqueue, re-run of changed tasks).

@@ -7,7 +7,7 @@ CREATE TABLE queue.stage_access (
     CONSTRAINT stage_access_pkey PRIMARY KEY (stage, role)
 );
 
-COMMENT ON TABLE queue.stage_access IS 'Per-stage access (tenants): a stage with rows here is restricted; only members of a listed role with the matching right (and members of skiplock_admin) may enqueue into it or take from it. A stage without rows is open. Change with queue.grant_stage() and queue.revoke_stage() (role skiplock_admin); stage_settings.restricted mirrors whether a stage has rows.';
+COMMENT ON TABLE queue.stage_access IS 'Per-stage access (tenants): a stage with rows here is restricted to members of the listed roles with the matching right, and of skiplock_admin. Change with grant_stage() and revoke_stage(); stage_settings.restricted mirrors it.';
 COMMENT ON COLUMN queue.stage_access.stage IS 'The restricted stage.';
 COMMENT ON COLUMN queue.stage_access.role IS 'A role (usually a tenant''s group role) whose members get the rights below. A dropped role''s row grants nobody anything; delete it with revoke_stage before dropping the role.';
 COMMENT ON COLUMN queue.stage_access.may_enqueue IS 'Members may call enqueue and enqueue_batch for the stage.';

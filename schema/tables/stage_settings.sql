@@ -30,7 +30,7 @@ COMMENT ON TABLE queue.stage_settings IS 'Per-stage policy (lease, retries, wake
 COMMENT ON COLUMN queue.stage_settings.stage IS 'Stage name, or ''*'' for the defaults of stages that have no row.';
 COMMENT ON COLUMN queue.stage_settings.lease_duration IS 'How long a taken task stays leased to its worker before reap_hung() may recover it, unless heartbeat() extends it.';
 COMMENT ON COLUMN queue.stage_settings.max_attempts IS 'Attempts before a failing task becomes fatal (1 = never retried).';
-COMMENT ON COLUMN queue.stage_settings.backoff IS 'linear: backoff_base * attempt (the seed''s 5 min * attempt); exponential: backoff_base * 2^(attempt-1).';
+COMMENT ON COLUMN queue.stage_settings.backoff IS 'linear: backoff_base * attempt; exponential: backoff_base * 2^(attempt-1).';
 COMMENT ON COLUMN queue.stage_settings.backoff_base IS 'First retry delay, the unit of the backoff.';
 COMMENT ON COLUMN queue.stage_settings.backoff_cap IS 'Longest retry delay.';
 COMMENT ON COLUMN queue.stage_settings.backoff_jitter IS 'Random spread of the retry delay, as a fraction of it (0.1 = plus or minus 10 %), so failed tasks do not retry in lockstep.';

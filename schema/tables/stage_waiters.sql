@@ -9,6 +9,6 @@ CREATE UNLOGGED TABLE queue.stage_waiters (
     until  timestamptz NOT NULL
 );
 
-COMMENT ON TABLE queue.stage_waiters IS 'Stages with a worker waiting for work (written by take_next, take_locked and run_sql_tasks when they find nothing due): enqueue, and anything else that makes a task due at once (release, retry, fail, reap_hung), sends NOTIFY skiplock.<stage> only while until is in the future, so busy stages enqueue without the commit-serialising NOTIFY. Unlogged; empty after a crash until workers poll again.';
+COMMENT ON TABLE queue.stage_waiters IS 'Stages with a worker waiting for work, marked by takes that found nothing due: enqueues and other wake-ups send NOTIFY skiplock.<stage> only while a fresh row is here. Unlogged: a lost row is rewritten at the next empty poll.';
 COMMENT ON COLUMN queue.stage_waiters.stage IS 'The stage a worker found empty.';
 COMMENT ON COLUMN queue.stage_waiters.until IS 'Wake-ups are sent until then: one minute after a take found the stage empty (refreshed when less than 30 s are left).';

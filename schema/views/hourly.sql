@@ -11,7 +11,7 @@ SELECT h.stage, pg_catalog.date_trunc('hour', h.finished) AS hour,
  -- older partition; now() is fixed when the query starts, so this prunes at run time.
  WHERE h.finished >= pg_catalog.date_trunc('hour', pg_catalog.now()) - interval '7 days'
  GROUP BY 1, 2;
-COMMENT ON VIEW queue.hourly IS 'Per stage and hour of finishing: how many runs finished (done, fatal, cancelled), their total and average run time (finished - started of the last attempt), over the last 7 days: it reads only their history partitions. For older hours, query queue.history with a range on finished.';
+COMMENT ON VIEW queue.hourly IS 'Per stage and hour of finishing, over the last 7 days: runs finished (done, fatal, cancelled) and their total and average run time. Reads only those days'' history partitions; for older hours query queue.history by finished.';
 COMMENT ON COLUMN queue.hourly.stage IS 'Stage.';
 COMMENT ON COLUMN queue.hourly.hour IS 'Hour the runs finished in.';
 COMMENT ON COLUMN queue.hourly.finished IS 'Runs finished in the hour.';

@@ -1,10 +1,8 @@
 -- A view shaped for Prometheus (postgres_exporter's custom queries, see contrib/postgres_exporter):
 -- one row for every stage and every status, so that each series exists even when it is 0.
--- Cost: live_tasks is read once (the backlog); history's stages are found with a loose index
--- scan (one probe of (stage, finished) per stage), never by reading old partitions' rows; its
--- last minute is read once, one (stage, finished) range scan for all stages together, in the
--- partitions that cover the last minute (run-time pruning on now()). Not a LATERAL per stage:
--- its estimate, stages x partitions, crossed jit_above_cost and every read was JIT-compiled.
+-- Reads live_tasks once; finds history's stages by a loose index scan (one probe a stage) and
+-- counts its last minute in one range scan for all stages (not a LATERAL per stage: see
+-- docs/decisions.md), in the partitions pruned to that minute at run time.
 CREATE OR REPLACE VIEW queue.metrics AS
 WITH RECURSIVE history_stages AS (
     SELECT (SELECT h.stage FROM queue.history h ORDER BY h.stage LIMIT 1) AS stage

@@ -48,7 +48,7 @@ SELECT st.stage,
   FROM stages st
   LEFT JOIN queue.stage_settings own ON own.stage = st.stage
   LEFT JOIN queue.stage_settings d ON d.stage = '*';
-COMMENT ON VIEW queue.stage_config IS 'The settings in force for each stage (its own row of stage_settings, or the defaults of ''*'' when inherited), and who may enqueue into and take from a restricted stage. Lists ''*'', configured and restricted stages, stages with live tasks and stages of schedules. Read-only: change with configure_stage, grant_stage, revoke_stage.';
+COMMENT ON VIEW queue.stage_config IS 'The settings in force for each stage (its own row, or the defaults of ''*''), and who may enqueue into and take from a restricted stage. Lists ''*'', configured stages, and those with tasks or schedules. Change with configure_stage, grant_stage.';
 COMMENT ON COLUMN queue.stage_config.stage IS 'Stage, or ''*'' for the defaults of every stage without a row of its own.';
 COMMENT ON COLUMN queue.stage_config.inherited IS 'true: the stage has no row of its own and follows ''*'' (changes to ''*'' apply to it); false: its own row, written by configure_stage or grant_stage.';
 COMMENT ON COLUMN queue.stage_config.paused IS 'While true, take_next and take_locked hand out nothing of the stage: its due tasks wait as ready.';

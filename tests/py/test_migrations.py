@@ -222,3 +222,51 @@ def test_installed_wheel_upgrades_a_database_to_what_schema_describes(
         assert_same_catalog(catalog(url), catalog(schema_db))
     finally:
         drop_database(admin_url, url)
+
+
+def test_a_later_revision_ships_only_what_changed_and_points_back_for_its_downgrade(tmp_path, monkeypatch):
+    versions, schema = tmp_path / "versions", tmp_path / "schema"
+    shutil.copytree(ROOT / "alembic" / "versions", versions, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "schema", schema)
+    monkeypatch.setattr(revision, "VERSIONS", versions)
+    monkeypatch.setattr(revision, "SCHEMA_DIR", schema)
+    (schema / "functions" / "take_next.sql").write_text((schema / "functions" / "take_next.sql").read_text() + "-- x\n")
+    (schema / "functions" / "brand_new.sql").write_text("SELECT 1;\n")
+    directory = revision.make_revision("claim position\nkept  simple, and a message longer than forty characters")
+    assert directory is not None and directory.name == "0101_claim_position_kept_simple_and_a_message"
+    text = (versions / "0101_claim_position_kept_simple_and_a_message.py").read_text()
+    assert text.splitlines()[0] == '"""claim position kept simple, and a message longer than forty characters'
+    copies = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*.sql"))
+    assert copies == ["downgrade/drop/functions/brand_new.sql", "functions/brand_new.sql", "functions/take_next.sql"]
+    baseline = revision.revisions()[0][1].name
+    assert f"'{baseline}/functions/take_next.sql'" in text.split("DOWNGRADE =")[1], text
+    assert revision.unshipped() == [] and revision.removed() == []
+
+
+def test_the_baseline_is_not_rewritten_once_a_revision_follows_it(tmp_path, monkeypatch):
+    versions = tmp_path / "versions"
+    shutil.copytree(ROOT / "alembic" / "versions", versions, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(revision, "VERSIONS", versions)
+    (versions / "0101_x.py").write_text("revision = '0101'\ndown_revision = '0100'\n")
+    with pytest.raises(SystemExit, match="revisions after the baseline"):
+        revision.make_baseline()
+    monkeypatch.setattr(revision, "RELEASED", True)
+    with pytest.raises(SystemExit, match="never rewritten"):
+        revision.make_baseline()
+
+
+def test_a_database_from_the_pre_release_history_is_refused_in_one_line(admin_url: str):
+    url = create_database(admin_url, "pre_release")
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE SCHEMA queue")
+            conn.execute("CREATE TABLE queue.skiplock_version (version_num varchar(32) PRIMARY KEY)")
+            conn.execute("INSERT INTO queue.skiplock_version VALUES ('0029')")
+        proc = subprocess.run([sys.executable, "-m", "skiplock", "--db", url, "upgrade"],
+                              capture_output=True, text=True, timeout=120)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0, out
+        assert "Traceback" not in out, out
+        assert "pre-release history" in out and "DROP SCHEMA queue CASCADE" in out, out
+    finally:
+        drop_database(admin_url, url)

@@ -30,7 +30,7 @@ from skiplock.sqlfiles import ROOT
 ENV = dict(os.environ, COLUMNS="200")
 ENV.pop("DATABASE_URL", None)
 
-# The pg_cron recipe (README, "Running SQL tasks (pg_task style)"): per enqueuing role, an executor
+# The pg_cron recipe (docs/guide.md, "Running SQL tasks (pg_task style)"): per enqueuing role, an executor
 # job and a watchdog job, both run as that role.
 CRON_RUN = "CALL queue.run_sql_tasks('reports', 100)"
 CRON_WATCHDOG = "SELECT queue.cancel_overdue_sql_tasks()"
@@ -942,8 +942,8 @@ def test_cli_keeps_serving_the_stage_when_a_call_fails_or_its_connection_drops(
 def test_the_pg_cron_recipe_commands_work_when_run_by_hand_as_the_role(admin: psycopg.Connection,
                                                                        alice: psycopg.Connection,
                                                                        roles: Roles) -> None:
-    readme = (ROOT / "README.md").read_text()
-    for job in (CRON_RUN, CRON_WATCHDOG):  # the README's two jobs, run as the enqueuing role
+    readme = (ROOT / "docs" / "guide.md").read_text()
+    for job in (CRON_RUN, CRON_WATCHDOG):  # the guide's two jobs, run as the enqueuing role
         assert f"$${job}$$, current_database(), 'reporting'" in readme, job
     now = enqueue_sql(alice, "SELECT now() IS NOT NULL AS ok", stage="reports", priority=0)
     slow = enqueue_sql(alice, "SELECT pg_sleep(30)", stage="reports", timeout="1 second", priority=1)

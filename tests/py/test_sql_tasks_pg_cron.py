@@ -1,4 +1,4 @@
-"""The README's pg_cron recipe for SQL tasks, driven by pg_cron itself.
+"""The pg_cron recipe of docs/guide.md for SQL tasks, driven by pg_cron itself.
 
 A cluster of this module's own preloads pg_cron (Debian's postgresql-15-cron, installed by
 `make test`); a job scheduled with cron.schedule_in_database(…, username => the enqueuing role)
@@ -49,7 +49,7 @@ def test_a_pg_cron_job_runs_the_roles_sql_tasks_as_that_role(cron_cluster: devdb
                                (STAGE,)).fetchone()[0]
     with psycopg.connect(cron_cluster.url(), autocommit=True) as cron:
         cron.execute("CREATE EXTENSION pg_cron")
-        # The README's recipe, at pg_cron 1.4's granularity.
+        # The guide's recipe, at pg_cron 1.4's granularity.
         cron.execute("SELECT cron.schedule_in_database('skiplock-sql-reports-' || %s, '* * * * *', "
                      "$$CALL queue.run_sql_tasks('reports', 100)$$, %s, %s)", (ROLE, dbname, ROLE))
         cron.execute("SELECT cron.schedule_in_database('skiplock-sql-watchdog-' || %s, '* * * * *', "

@@ -5,7 +5,7 @@ Revises:
 """
 # The application's first revision: its own branch label, so that `alembic upgrade app@head`
 # names it even when skiplock's branch shares the history (recipe 2).
-# Revision ids must not collide with skiplock's ('0001', '0002', …): prefix yours.
+# Revision ids must not collide with skiplock's ('0100', '0101', …): prefix yours.
 from alembic import op
 
 revision = 'app0001'

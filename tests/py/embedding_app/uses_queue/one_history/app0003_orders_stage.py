@@ -1,10 +1,10 @@
-"""orders stage (recipe 2: depends on skiplock's revision 0001)
+"""orders stage (recipe 2: depends on skiplock's revision 0100, the baseline)
 
 Revision ID: app0003
 Revises: app0002
 """
 # An application revision that calls skiplock's API. In one history, depends_on names the
-# skiplock revision that brought what it uses (queue.configure_stage: 0001): Alembic then runs
+# skiplock revision that brought what it uses (queue.configure_stage: 0100, the baseline): Alembic then runs
 # that revision, and all before it, first. Give a revision id, not 'skiplock@head' (see
 # docs/embedding.md).
 from alembic import op
@@ -12,7 +12,7 @@ from alembic import op
 revision = 'app0003'
 down_revision = 'app0002'
 branch_labels = None
-depends_on = '0001'
+depends_on = '0100'
 
 
 def upgrade() -> None:

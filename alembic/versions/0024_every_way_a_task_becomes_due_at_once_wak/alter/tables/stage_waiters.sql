@@ -1,2 +1,0 @@
--- 0024: release, retry, fail, reap_hung and the rest send the wake-up too; comment only.
-COMMENT ON TABLE queue.stage_waiters IS 'Stages with a worker waiting for work (written by take_next, take_locked and run_sql_tasks when they find nothing due): enqueue, and anything else that makes a task due at once (release, retry, fail, reap_hung), sends NOTIFY skiplock.<stage> only while until is in the future, so busy stages enqueue without the commit-serialising NOTIFY. Unlogged; empty after a crash until workers poll again.';

@@ -1,0 +1,150 @@
+-- finish(id, lease, next_stage, stage): end the attempt that holds `lease` successfully. Without
+-- next_stage the task is done: it leaves queue.live_tasks and is written to queue.history in the
+-- same statement. With next_stage (a pipeline) it is recorded as done in its current stage and
+-- waits, ready, in next_stage from attempt 0. A task enqueued again with mode 'rerun' while it ran
+-- is queued again in its stage instead. A periodic task is recorded as done and re-armed: the same
+-- row waits for its next run (see _next_slot); it cannot move to another stage.
+-- Returns true when this call ended the attempt; false, changing nothing, when the lease is not the
+-- task's current one (reaped, retaken, already finished, cancelled).
+-- Raises 22004 for a NULL id or lease; 22023 for a bad next_stage or one given for a periodic task
+-- (cancel() ends a schedule); 42501 for a restricted next_stage without the enqueue right; SK002
+-- when a live task of next_stage has the same key. Locks the task's row; writes queue.live_tasks and
+-- queue.history; a task due at once wakes its stage's waiting workers.
+-- stage, when given, is the task's current stage (routes the call on Citus); any other: false.
+CREATE OR REPLACE FUNCTION queue.finish(id bigint, lease uuid, next_stage text DEFAULT NULL,
+                                        stage text DEFAULT NULL)
+    RETURNS boolean
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now   timestamptz := pg_catalog.now();
+    v_count integer;
+    v_next  queue.stage_settings;
+    v_stage text;
+    v_due   boolean;
+BEGIN
+    IF finish.id IS NULL OR finish.lease IS NULL THEN
+        RAISE EXCEPTION 'id and lease must not be NULL'
+            USING ERRCODE = '22004',
+                  DETAIL = pg_catalog.format('finish was called with id %s and lease %s.',
+                                             coalesce(finish.id::text, 'NULL'), coalesce(finish.lease::text, 'NULL')),
+                  HINT = 'Pass the id and lease that take_next returned.';
+    END IF;
+
+    IF finish.next_stage IS NULL THEN
+        WITH done AS (
+            DELETE FROM queue.live_tasks t
+             WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NULL
+               AND (finish.stage IS NULL OR t.stage = finish.stage)
+            RETURNING t.*
+        )
+        INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
+                                   error_text, created, started, finished, group_key, run_as)
+        SELECT d.id, d.stage, 'done', d.priority, d.run_at, d.payload, d.key, d.attempt, d.worker,
+               d.error_text, d.created, d.started, v_now, d.group_key, d.run_as
+          FROM done d;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        IF v_count = 1 THEN
+            RETURN true;
+        END IF;
+
+        -- A periodic task: record this run, re-arm the same row for the next one.
+        WITH cur AS (
+            SELECT t.*, queue._next_slot(t.slot, t.repeat, t.drift, v_now) AS next_slot
+              FROM queue.live_tasks t
+             WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NOT NULL
+               AND (finish.stage IS NULL OR t.stage = finish.stage)
+               FOR UPDATE
+        ), rearmed AS (
+            UPDATE queue.live_tasks t
+               SET status = 'ready', attempt = 0, run_at = c.next_slot, slot = c.next_slot,
+                   lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
+                   error_text = NULL, updated = v_now
+              FROM cur c
+             WHERE t.id = c.id AND t.stage = c.stage
+        )
+        INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
+                                   error_text, created, started, finished, group_key, run_as)
+        SELECT c.id, c.stage, 'done', c.priority, c.run_at, c.payload, c.key, c.attempt, c.worker,
+               c.error_text, c.created, c.started, v_now, c.group_key, c.run_as
+          FROM cur c;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        IF v_count = 1 THEN
+            RETURN true;
+        END IF;
+    ELSE
+        PERFORM queue._check_stage(finish.next_stage, 'next_stage');
+        -- Moving a task into a stage is enqueueing into it: a restricted one needs that right.
+        v_next := queue._settings(finish.next_stage);
+        IF v_next.restricted THEN
+            PERFORM queue._check_access(finish.next_stage, 'enqueue');
+        END IF;
+        BEGIN
+            WITH cur AS (
+                SELECT t.*
+                  FROM queue.live_tasks t
+                 WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NULL
+                   AND (finish.stage IS NULL OR t.stage = finish.stage)
+                   FOR UPDATE
+            ), moved AS (
+                UPDATE queue.live_tasks t
+                   SET stage = finish.next_stage, status = 'ready', attempt = 0, run_at = v_now,
+                       lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
+                       error_text = NULL, updated = v_now
+                  FROM cur c
+                 WHERE t.id = c.id AND t.stage = c.stage
+            )
+            INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
+                                       error_text, created, started, finished, group_key, run_as)
+            SELECT c.id, c.stage, 'done', c.priority, c.run_at, c.payload, c.key, c.attempt, c.worker,
+                   c.error_text, c.created, c.started, v_now, c.group_key, c.run_as
+              FROM cur c;
+            GET DIAGNOSTICS v_count = ROW_COUNT;
+        EXCEPTION WHEN unique_violation THEN
+            RAISE EXCEPTION 'key already taken in the next stage'
+                USING ERRCODE = 'SK002',
+                      DETAIL = pg_catalog.format('Task %s cannot move to stage %s: a live task there has the same key.',
+                                                 finish.id, pg_catalog.quote_literal(finish.next_stage)),
+                      HINT = 'Finish without next_stage, or cancel the other task first.';
+        END;
+        IF v_count = 1 THEN
+            IF v_next.notify
+               AND EXISTS (SELECT 1 FROM queue.stage_waiters w WHERE w.stage = finish.next_stage AND w.until > v_now) THEN
+                PERFORM pg_catalog.pg_notify('skiplock.' || finish.next_stage, '');
+            END IF;
+            RETURN true;
+        END IF;
+    END IF;
+
+    -- Rare: the task was enqueued again with mode 'rerun' while it ran; run it again.
+    UPDATE queue.live_tasks t
+       SET status = 'ready', rerun = false, attempt = 0, lease = NULL, lease_expires = NULL,
+           started = NULL, error_text = NULL, updated = v_now
+     WHERE t.id = finish.id AND t.lease = finish.lease AND t.rerun
+       AND (finish.stage IS NULL OR t.stage = finish.stage)
+    RETURNING t.stage, t.run_at <= v_now INTO v_stage, v_due;
+    IF FOUND THEN
+        IF v_due THEN
+            PERFORM queue._wake_waiters(v_stage);
+        END IF;
+        RETURN true;
+    END IF;
+    -- Nothing ended: a stale lease, or a periodic task asked to move on.
+    IF finish.next_stage IS NOT NULL
+       AND EXISTS (SELECT FROM queue.live_tasks t
+                    WHERE t.id = finish.id AND t.lease = finish.lease AND t.repeat IS NOT NULL
+                      AND (finish.stage IS NULL OR t.stage = finish.stage)) THEN
+        RAISE EXCEPTION 'a periodic task cannot move to another stage'
+            USING ERRCODE = '22023',
+                  DETAIL = pg_catalog.format('Task %s repeats; finishing it re-arms it in its stage.', finish.id),
+                  HINT = 'Finish it without next_stage and enqueue a new task in the next stage; cancel(id) ends the schedule.';
+    END IF;
+    RETURN false;
+END
+$$;
+COMMENT ON FUNCTION queue.finish(bigint, uuid, text, text) IS 'Ends a running attempt successfully if lease is current: done (to queue.history) or, with next_stage, queued ready in that stage; a periodic task is recorded and re-armed. False, changing nothing, for a lease that is not current.';
+REVOKE ALL ON FUNCTION queue.finish(bigint, uuid, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.finish(bigint, uuid, text, text) TO skiplock_worker, skiplock_admin;

@@ -1,0 +1,92 @@
+-- reap_hung(): recover the tasks of workers that died or hang: every running task whose lease
+-- expired becomes 'error' (retried per its stage's backoff, error text 'lease expired …') or, when
+-- its attempts are used up, 'fatal' (moved to queue.history); one enqueued again with mode 'rerun'
+-- while it ran is ready again from attempt 0. A periodic task out of attempts is recorded as fatal
+-- and re-armed for its next slot, as fail() does. Returns how many it recovered, at most 10,000 a
+-- call. FOR UPDATE SKIP LOCKED: many sessions may call it at once. Reads only the partial index of
+-- running tasks, so calling it every second is cheap. Tasks due again at once wake their stage's
+-- waiting workers. Locks and writes the rows it recovers (queue.live_tasks, queue.history).
+CREATE OR REPLACE FUNCTION queue.reap_hung()
+    RETURNS integer
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now   timestamptz := pg_catalog.now();
+    v_count integer;
+    v_due   text[];
+    v_stage text;
+BEGIN
+    WITH expired AS (
+        SELECT t.id,
+               t.rerun OR t.attempt < s.max_attempts AS retry,
+               queue._retry_delay(s, t.attempt) AS delay,
+               queue._bounded_error(pg_catalog.format('lease expired at %s (worker %s, attempt %s)',
+                   t.lease_expires, coalesce(t.worker, 'unnamed'), t.attempt)) AS message
+          FROM (SELECT l.id, l.stage, l.attempt, l.rerun, l.worker, l.lease_expires
+                  FROM queue.live_tasks l
+                 WHERE l.status = 'running' AND l.lease_expires < v_now
+                 ORDER BY l.lease_expires
+                 LIMIT 10000
+                   FOR UPDATE SKIP LOCKED) t
+         CROSS JOIN LATERAL queue._settings(t.stage) s
+    ), gone AS (
+        DELETE FROM queue.live_tasks t
+         USING expired e
+         WHERE t.id = e.id AND NOT e.retry AND t.repeat IS NULL
+        RETURNING t.*, e.message
+    ), periodic AS (
+        -- Periodic tasks out of attempts: the run is fatal, the schedule goes on. All parts of
+        -- this statement see the rows as they were before it, so this reads the run's values.
+        SELECT t.*, e.message, queue._next_slot(t.slot, t.repeat, t.drift, v_now) AS next_slot
+          FROM queue.live_tasks t
+          JOIN expired e ON e.id = t.id
+         WHERE NOT e.retry AND t.repeat IS NOT NULL
+    ), rearmed AS (
+        UPDATE queue.live_tasks t
+           SET status = 'ready', attempt = 0, run_at = p.next_slot, slot = p.next_slot,
+               lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
+               error_text = NULL, updated = v_now
+          FROM periodic p
+         WHERE t.id = p.id
+    ), fatal AS (
+        INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
+                                   error_text, created, started, finished, group_key, run_as)
+        SELECT g.id, g.stage, 'fatal'::queue.task_status, g.priority, g.run_at, g.payload, g.key,
+               g.attempt, g.worker, g.message, g.created, g.started, v_now, g.group_key, g.run_as
+          FROM gone g
+        UNION ALL
+        SELECT p.id, p.stage, 'fatal'::queue.task_status, p.priority, p.run_at, p.payload, p.key,
+               p.attempt, p.worker, p.message, p.created, p.started, v_now, p.group_key, p.run_as
+          FROM periodic p
+        RETURNING 1
+    ), retried AS (
+        -- A task enqueued again with mode 'rerun' while it ran starts over as fail() would
+        -- queue it: ready at the run_at the re-run asked for, from attempt 0, no backoff.
+        UPDATE queue.live_tasks t
+           SET status = CASE WHEN t.rerun THEN 'ready' ELSE 'error' END::queue.task_status,
+               rerun = false,
+               run_at = CASE WHEN t.rerun THEN t.run_at ELSE v_now + e.delay END,
+               attempt = CASE WHEN t.rerun THEN 0 ELSE t.attempt END,
+               lease = NULL, lease_expires = NULL,
+               error_text = CASE WHEN t.rerun THEN NULL ELSE e.message END,  -- a re-run starts clean
+               updated = v_now
+          FROM expired e
+         WHERE t.id = e.id AND e.retry
+        RETURNING t.stage, t.run_at <= v_now AS due
+    )
+    SELECT ((SELECT pg_catalog.count(*) FROM fatal) + (SELECT pg_catalog.count(*) FROM retried))::integer,
+           ARRAY(SELECT DISTINCT r.stage FROM retried r WHERE r.due)
+      INTO v_count, v_due;
+    -- Tasks due again at once (a re-run, a zero backoff) wake their stage's waiting workers.
+    FOREACH v_stage IN ARRAY v_due LOOP
+        PERFORM queue._wake_waiters(v_stage);
+    END LOOP;
+    RETURN v_count;
+END
+$$;
+COMMENT ON FUNCTION queue.reap_hung() IS 'Recovers running tasks whose lease expired (dead or hung workers): error with a retry per the stage''s backoff, or fatal when out of attempts (a periodic task is re-armed). Returns the count. SKIP LOCKED: safe from many sessions, cheap every second.';
+REVOKE ALL ON FUNCTION queue.reap_hung() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.reap_hung() TO skiplock_admin;

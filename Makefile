@@ -4,15 +4,19 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl postgresql-15-plpgsql-check postgresql-15-cron libfaketime
 
-.PHONY: demo test docs bench profile revision baseline check-schema system-packages venv venv-bench clean
+.PHONY: demo test lint docs bench profile revision baseline check-schema system-packages venv venv-bench clean
 
 ## demo: a throwaway cluster (or DATABASE_URL), migrations, workers draining a pipeline, a summary
 demo: venv
 	$(PY) -m skiplock demo
 
-## test: pgTAP (pg_prove) and pytest against a throwaway cluster; never DATABASE_URL
+## test: lint, then pgTAP (pg_prove) and pytest against a throwaway cluster; never DATABASE_URL
 test: system-packages venv
 	$(PY) -m skiplock.testrun
+
+## lint: ruff (all Python) and mypy (skiplock/), as configured in pyproject.toml; `make test` runs it first
+lint: venv
+	$(PY) -m skiplock.lint
 
 ## docs: docs/reference.md from the catalog of a throwaway database migrated to head (skiplock docs)
 docs: venv

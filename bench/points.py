@@ -15,6 +15,7 @@ import psycopg
 from bench import designs, pgbench
 from bench.designs import PAYLOAD, Design
 from bench.progress import log
+from bench.waiter import WaitingWorker
 from skiplock import devdb
 
 ENQUEUE_BATCH = 1000
@@ -61,18 +62,25 @@ def ceilings(cluster: devdb.Cluster, clients: int, seconds: float, again: bool =
 
 def enqueue(cluster: devdb.Cluster, design: Design, clients: int, seconds: float, waiting: bool = False) -> Point:
     """W1: one task per transaction. No worker waits on the stage, so skiplock sends no NOTIFY
-    (as on a busy stage). waiting=True: a take_next on the empty stage first marks it as waited
-    on (for a minute: longer than a point), so every enqueue sends NOTIFY, which makes committing
-    enqueues take turns: the cost of instant wake-ups (bench/NOTIFY.md)."""
+    (as on a busy stage). waiting=True: a worker LISTENs on the stage and drains it whenever it
+    is woken (bench.waiter), so enqueues pay for the wake-ups as deployed: one NOTIFY each time
+    the worker found the stage empty (bench/NOTIFY.md)."""
     stage, name = ("w1.waiting", f"{design.name}-waiting") if waiting else ("w1", design.name)
     with _connect(cluster, design) as conn:
         designs.reset(conn, design)
-        if waiting:
-            assert seconds < 50, "the waiting mark lasts a minute"
-            conn.execute("SELECT count(*) FROM queue.take_next(%s)", (stage,))
         conn.execute("CHECKPOINT")
-    s = pgbench.run(cluster, design.dbname, design.enqueue_script, clients, seconds, {"stage": stage, "n": "1"})
-    log(f"  W1  {name:8} {clients:2} clients: {s.tps:9,.0f} jobs/s")
+    worker = WaitingWorker(cluster.url(design.dbname), stage) if waiting else None
+    if worker:
+        worker.__enter__()
+    try:
+        s = pgbench.run(cluster, design.dbname, design.enqueue_script, clients, seconds, {"stage": stage, "n": "1"})
+    finally:
+        if worker:
+            worker.__exit__(None, None, None)
+    if worker and worker.error:
+        raise RuntimeError(f"the waiting worker failed: {worker.error}")
+    log(f"  W1  {name:8} {clients:2} clients: {s.tps:9,.0f} jobs/s"
+        + (f"  (the worker waited {worker.waits} times, was notified {worker.notifies})" if worker else ""))
     return Point("W1", name, clients, seconds, s.tps, s.tps, s.transactions, s.failed)
 
 

@@ -6,6 +6,7 @@ and the chart to bench/out/; a full run also writes bench/RESULTS.md and bench/w
     python -m bench.run                       # everything: about 45 minutes on 2 cores
     python -m bench.run --quick               # short durations, for development (about 7 minutes)
     python -m bench.run --only W2,W3 --no-async-pass
+    python -m bench.run --only seed004 --no-async-pass   # seed 004's design against skiplock alone
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ from pathlib import Path
 
 import psycopg
 
-from bench import chart, designs, pgbench, points, report, timeline
+from bench import chart, designs, pgbench, points, report, seed004, timeline
 from bench.designs import SEED, SKIPLOCK
 from bench.progress import log
 from skiplock import devdb
 
 BENCH_DIR = Path(__file__).resolve().parent
 OUT_DIR = BENCH_DIR / "out"
-WORKLOADS = ("W1", "W1b", "W2", "W2b", "W3", "W4")
+WORKLOADS = ("W1", "W1b", "W2", "W2b", "W3", "W4", "seed004")
 # Both passes use the autovacuum_naptime the README recommends for a busy queue (1 s, cluster-wide);
 # everything else is PostgreSQL's default, durability included.
 RECOMMENDED = {"autovacuum_naptime": "'1s'"}
@@ -58,6 +59,7 @@ class Config:
     w4_bucket: float = 60
     w4_sample: float = 10
     maintain_every: float = 5
+    seed004_seconds: float = 10     # seed 004's insert points; its consume points run half as long
 
     @property
     def w2b_preload(self) -> int:
@@ -67,7 +69,7 @@ class Config:
     def quick(cls) -> "Config":
         return cls(point_seconds=3, w2_preload=50_000, backlog=10_000, w3_before=20, w3_hold=30, w3_after=30,
                    w3_sample=5, w4_seconds=60, w4_capacity_seconds=20, w4_bucket=15, w4_sample=5,
-                   maintain_every=2)
+                   maintain_every=2, seed004_seconds=3)
 
     def estimate_minutes(self, only: set[str], async_pass: bool) -> float:
         n = len(self.clients)
@@ -80,6 +82,8 @@ class Config:
             per_pass += 2 * n * (self.point_seconds + self.w2_preload / 40_000)
         if "W2b" in only:
             per_pass += n * (self.point_seconds + self.w2b_preload / 40_000)
+        if "seed004" in only:
+            per_pass += 2 * self.seed004_seconds + self.seed004_seconds + 60  # + tables and preloads
         total = per_pass * (2 if async_pass else 1)
         if "W3" in only:
             total += 2 * (self.w3_before + self.w3_hold + self.w3_after + 10)
@@ -221,12 +225,21 @@ def run_pass(name: str, settings: dict[str, str], cfg: Config, only: set[str], t
         result["timelines"]["W4 capacity after"] = after.as_dict()
         result["summaries"]["W4 skiplock"] = timeline.w4_summary(soak, cfg.w4_bucket, before, after, timeline.W4_LOAD)
 
+    def s004() -> None:
+        # Insert, then consume; the two designs in turn, at 16 clients (the issue's targets).
+        for design in ("seed004", "skiplock"):
+            result["points"].append(seed004.insert(cluster, design, cfg.seed004_seconds).as_dict())
+        for design in ("seed004", "skiplock"):
+            result["points"].append(seed004.consume(cluster, design, cfg.seed004_seconds / 2).as_dict())
+
     steps = [("ceilings", ceilings), ("W1", w1), ("W1b", w1b), ("W2", w2), ("W2b", w2b),
-             ("ceilings again", ceilings_again)]
+             ("ceilings again", ceilings_again), ("seed004", s004)]
     if timelines:
         steps += [("W3", w3), ("W4", w4)]
     try:
         designs.create_databases(cluster.url(), cluster.url, from_schema)
+        if "seed004" in only:
+            seed004.create_database(cluster)
         version, result["settings"] = server_facts(cluster)
         for step, run_step in steps:
             if not step.startswith("ceilings") and step not in only:

@@ -12,7 +12,8 @@ import os
 import sys
 from typing import Any, Callable
 
-from skiplock import devdb
+from skiplock import cmd_enqueue, cmd_maintain, cmd_migrate, cmd_run_sql, cmd_stats, cmd_worker, demo, devdb, reference
+from skiplock.errors import describe_error, reportable
 
 
 def database_url(args: argparse.Namespace) -> str:
@@ -26,10 +27,9 @@ def database_url(args: argparse.Namespace) -> str:
     return url
 
 
-def cmd_devdb(args: argparse.Namespace) -> int:
+def run_devdb(args: argparse.Namespace) -> int:
     if args.action == "start":
-        c = devdb.devdb_start(durable=not args.fast)
-        print(c.url())
+        print(devdb.devdb_start(durable=not args.fast).url())
     elif args.action == "stop":
         print("stopped" if devdb.devdb_stop() else "no dev cluster running")
     else:
@@ -41,48 +41,39 @@ def cmd_devdb(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_upgrade(args: argparse.Namespace) -> int:
-    from skiplock import cmd_migrate
+def run_upgrade(args: argparse.Namespace) -> int:
     return cmd_migrate.upgrade(database_url(args), args.revision)
 
 
-def cmd_downgrade(args: argparse.Namespace) -> int:
-    from skiplock import cmd_migrate
+def run_downgrade(args: argparse.Namespace) -> int:
     return cmd_migrate.downgrade(database_url(args), args.revision)
 
 
-def cmd_enqueue(args: argparse.Namespace) -> int:
-    from skiplock import cmd_enqueue as m
-    return m.run(database_url(args), args)
+def run_enqueue(args: argparse.Namespace) -> int:
+    return cmd_enqueue.run(database_url(args), args)
 
 
-def cmd_worker(args: argparse.Namespace) -> int:
-    from skiplock import cmd_worker as m
-    return m.run(database_url(args), args)
+def run_worker(args: argparse.Namespace) -> int:
+    return cmd_worker.run(database_url(args), args)
 
 
-def cmd_run_sql(args: argparse.Namespace) -> int:
-    from skiplock import cmd_run_sql as m
-    return m.run(database_url(args), args)
+def run_run_sql(args: argparse.Namespace) -> int:
+    return cmd_run_sql.run(database_url(args), args)
 
 
-def cmd_stats(args: argparse.Namespace) -> int:
-    from skiplock import cmd_stats as m
-    return m.stats(database_url(args), args)
+def run_stats(args: argparse.Namespace) -> int:
+    return cmd_stats.stats(database_url(args), args)
 
 
-def cmd_top(args: argparse.Namespace) -> int:
-    from skiplock import cmd_stats as m
-    return m.top(database_url(args), args)
+def run_top(args: argparse.Namespace) -> int:
+    return cmd_stats.top(database_url(args), args)
 
 
-def cmd_maintain(args: argparse.Namespace) -> int:
-    from skiplock import cmd_maintain as m
-    return m.run(database_url(args), args)
+def run_maintain(args: argparse.Namespace) -> int:
+    return cmd_maintain.run(database_url(args), args)
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from skiplock import demo
+def run_demo(args: argparse.Namespace) -> int:
     # No dev-cluster fallback here: without --db or DATABASE_URL the demo starts its own cluster.
     return demo.main(tasks=args.tasks, workers=args.workers, url=getattr(args, "db", None))
 
@@ -148,17 +139,17 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Start, stop or show a throwaway local PostgreSQL cluster for development.")
     p.add_argument("action", choices=["start", "stop", "url"])
     p.add_argument("--fast", action="store_true", help="fsync off (tests); default keeps real durability")
-    p.set_defaults(func=cmd_devdb)
+    p.set_defaults(func=run_devdb)
 
     p = sub.add_parser("upgrade", parents=[db], help="run the migrations (alembic upgrade), showing each revision",
                        description="Apply skiplock's migrations to the database, in one transaction.")
     p.add_argument("revision", nargs="?", default="head", help="target revision (default: head)")
-    p.set_defaults(func=cmd_upgrade)
+    p.set_defaults(func=run_upgrade)
 
     p = sub.add_parser("downgrade", parents=[db], help="undo migrations (alembic downgrade)",
                        description="Undo skiplock's migrations down to a revision (base drops schema queue's objects).")
     p.add_argument("revision", help="target revision, e.g. -1 or base")
-    p.set_defaults(func=cmd_downgrade)
+    p.set_defaults(func=run_downgrade)
 
     p = sub.add_parser("enqueue", parents=[db], help="add tasks: JSON payloads as arguments or JSON lines on stdin",
                        description="Add tasks to a stage. Payloads (JSON objects or arrays) come from the arguments, "
@@ -177,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="print the new ids, one a line (default for payloads given as arguments)")
     shown.add_argument("--count", dest="print_ids", action="store_false",
                        help="print only how many were enqueued (default for stdin)")
-    p.set_defaults(func=cmd_enqueue)
+    p.set_defaults(func=run_enqueue)
 
     p = sub.add_parser("worker", parents=[db], help="run a command once per task of a stage",
                        usage="skiplock worker [options] --stage STAGE -- COMMAND [ARG ...]",
@@ -207,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="worker name recorded on each task (default host:pid)")
     p.add_argument("--quiet", "-q", action="store_true", help="no line per task on stderr")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command and its arguments, after --")
-    p.set_defaults(func=cmd_worker)
+    p.set_defaults(func=run_worker)
 
     p = sub.add_parser("run-sql", parents=[db], help="run one role's SQL tasks of a stage (queue.enqueue_sql) in N connections",
                        description="Run the due SQL tasks of a stage that the login role enqueued: the login of "
@@ -233,12 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="slow poll when idle, besides LISTEN (default 1)")
     p.add_argument("--name", help="worker name recorded on each task (default host:pid)")
     p.add_argument("--quiet", "-q", action="store_true", help="no line per call on stderr (the summary is still printed)")
-    p.set_defaults(func=cmd_run_sql)
+    p.set_defaults(func=run_run_sql)
 
     p = sub.add_parser("stats", parents=[db], help="a table of tasks per stage and status (queue.stats)",
                        description="Print queue.stats: tasks per stage and status, due, oldest age, expired leases.")
     p.add_argument("--stage", "-s", action="append", help="only this stage (repeatable)")
-    p.set_defaults(func=cmd_stats)
+    p.set_defaults(func=run_stats)
 
     p = sub.add_parser("top", parents=[db], help="stats refreshing live, with rates",
                        description="queue.metrics refreshed live: live tasks per stage and status, lag, and finished "
@@ -246,60 +237,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stage", "-s", action="append", help="only this stage (repeatable)")
     p.add_argument("--interval", type=_seconds(), default=1.0, metavar="SECONDS", help="refresh every (default 1)")
     p.add_argument("--iterations", type=_positive(int), default=None, metavar="N", help="stop after N refreshes (default: until Ctrl-C)")
-    p.set_defaults(func=cmd_top)
+    p.set_defaults(func=run_top)
 
     p = sub.add_parser("maintain", parents=[db], help="the maintenance loop: SELECT * FROM queue.maintain() every N seconds",
                        description="Call queue.maintain() (reaping, partitions, retention) every --every seconds and "
                                    "print what it did. SIGTERM or SIGINT stops it after the current call.")
     p.add_argument("--every", type=_seconds(), default=60.0, metavar="SECONDS", help="seconds between calls (default 60)")
     p.add_argument("--once", action="store_true", help="call it once and exit")
-    p.set_defaults(func=cmd_maintain)
+    p.set_defaults(func=run_maintain)
 
     p = sub.add_parser("demo", parents=[db], help="enqueue tasks and drain them with worker processes, then summarise",
                        description="The demo: a throwaway cluster (or the database of --db or DATABASE_URL), "
                                    "a two-stage pipeline drained by workers.")
     p.add_argument("--tasks", type=_positive(int), default=3000, help="tasks to enqueue (default 3000)")
     p.add_argument("--workers", type=_positive(int), default=4, help="worker processes (default 4)")
-    p.set_defaults(func=cmd_demo)
+    p.set_defaults(func=run_demo)
 
-    from skiplock import reference
     reference.add_parser(sub, [db])
     return parser
-
-
-NOT_INSTALLED = ("3F000", "42P01", "42883")  # invalid_schema_name, undefined_table, undefined_function
-
-
-def _one_line(text: str, limit: int = 400) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[:limit - 1] + "…"
-
-
-def describe_error(e: BaseException) -> str:
-    """One line saying what went wrong with the database, for a `skiplock X: …` message."""
-    import psycopg
-    try:
-        from alembic.util import CommandError
-    except ImportError:  # pragma: no cover
-        CommandError = ()  # type: ignore[assignment]
-    if isinstance(e, CommandError):  # e.g. Alembic's "Can't locate revision identified by 'x'"
-        return _one_line(str(e))
-    seen: set[int] = set()
-    while not isinstance(e, psycopg.Error) and id(e) not in seen:  # SQLAlchemy (Alembic) wraps psycopg's errors
-        seen.add(id(e))
-        inner = getattr(e, "orig", None) or e.__cause__
-        if inner is None:
-            break
-        e = inner
-    if isinstance(e, psycopg.Error):
-        primary = e.diag.message_primary if e.sqlstate else None
-        if e.sqlstate is None:  # no server answer: a connection that failed or broke
-            return "cannot reach the database: " + _one_line(str(e).removeprefix("connection failed: "))
-        if e.sqlstate in NOT_INSTALLED:
-            return (f"skiplock is not installed in this database, or is older than this command ({primary}): "
-                    "run `skiplock upgrade`")
-        return f"{_one_line(primary or str(e))} (SQLSTATE {e.sqlstate})"
-    return _one_line(f"{e.__class__.__name__}: {e}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -310,13 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skiplock {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as e:
-        import psycopg
-        try:
-            from alembic.util import CommandError
-            from sqlalchemy.exc import DBAPIError
-        except ImportError:  # pragma: no cover
-            CommandError = DBAPIError = ()  # type: ignore[assignment]
-        if not isinstance(e, (psycopg.Error, CommandError, DBAPIError)):
+        if not reportable(e):
             raise  # a bug: the traceback says where
         print(f"skiplock {args.command}: {describe_error(e)}", file=sys.stderr)
         for note in getattr(e, "__notes__", ()):  # e.g. why a migration gave up (alembic/env.py)

@@ -16,7 +16,10 @@ from typing import Iterable, Iterator
 import psycopg
 from psycopg.types.json import Jsonb
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, BarColumn, MofNCompleteColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from skiplock.db import one
+from skiplock.errors import describe_error
 
 
 class BadPayload(Exception):
@@ -55,10 +58,10 @@ def run(url: str, args: argparse.Namespace) -> int:
             if len(items) != 1:
                 err.print("skiplock enqueue: --key takes exactly one payload")
                 return 2
-            (task_id,) = conn.execute(
+            (task_id,) = one(conn.execute(
                 "SELECT queue.enqueue(payload => %s, stage => %s, priority => %s, "
                 "run_at => now() + %s::float8 * interval '1 second', key => %s, mode => %s)",
-                (Jsonb(items[0]), args.stage, args.priority, delay, args.key, args.mode)).fetchone()
+                (Jsonb(items[0]), args.stage, args.priority, delay, args.key, args.mode)))
             print(task_id if print_ids else 1)
             return 0
 
@@ -80,13 +83,12 @@ def run(url: str, args: argparse.Namespace) -> int:
                 done += len(ids)
                 if print_ids:
                     sys.stdout.write("".join(f"{i}\n" for i in ids))
-                if progress is not None:
+                if progress is not None and bar is not None:
                     progress.update(bar, completed=done)
         except BadPayload as e:
             err.print(f"skiplock enqueue: {e}; {done} tasks were enqueued before it")
             return 2
         except psycopg.Error as e:
-            from skiplock.cli import describe_error
             before = f"; {done} tasks were enqueued before this batch" if done else ""
             err.print(f"skiplock enqueue: {describe_error(e)}{before}", markup=False)
             return 1

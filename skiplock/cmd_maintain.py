@@ -19,6 +19,8 @@ import time
 import psycopg
 from rich.console import Console
 
+from skiplock.errors import describe_error
+
 # While calls keep failing with an error from the server, the wait before the next one doubles
 # from --every up to this many seconds (or --every, if longer): a broken setting is then said
 # about once a minute, not every second. The first call that succeeds goes back to --every.
@@ -43,7 +45,7 @@ def run(url: str, args: argparse.Namespace) -> int:
                 if conn is None or conn.closed:
                     conn = psycopg.connect(url, autocommit=True)
                 cur = conn.execute("SELECT * FROM queue.maintain()")
-                names = [d.name for d in cur.description]
+                names = [d.name for d in cur.description or ()]
                 rows = cur.fetchall()
                 stamp = time.strftime("%H:%M:%S")
                 if not rows:
@@ -56,7 +58,6 @@ def run(url: str, args: argparse.Namespace) -> int:
                           markup=False)
                 return 1
             except psycopg.Error as e:
-                from skiplock.cli import describe_error
                 if args.once:
                     err.print(f"skiplock maintain: {describe_error(e)}", markup=False)
                     return 1

@@ -8,15 +8,16 @@ from typing import Callable
 
 import psycopg
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
 from skiplock import migrate
+from skiplock.db import one
 
 
 def current_revision(url: str) -> str | None:
     """The revision the database is at, None when skiplock was never installed."""
     with psycopg.connect(migrate.libpq_url(url), autocommit=True) as conn:
-        if conn.execute("SELECT to_regclass('queue.skiplock_version')").fetchone()[0] is None:
+        if one(conn.execute("SELECT to_regclass('queue.skiplock_version')"))[0] is None:
             return None
         row = conn.execute("SELECT version_num FROM queue.skiplock_version").fetchone()
         return row[0] if row else None
@@ -34,7 +35,7 @@ def planned(url: str, target: str) -> list[tuple[str, str]]:
 class _StepCounter(logging.Handler):
     """Advances the progress bar on Alembic's "Running upgrade a -> b" log records."""
 
-    def __init__(self, progress: Progress, task: int) -> None:
+    def __init__(self, progress: Progress, task: TaskID) -> None:
         super().__init__(logging.INFO)
         self.progress, self.task = progress, task
 

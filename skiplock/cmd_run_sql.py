@@ -22,52 +22,47 @@ watchdog connection cancels (pg_cancel_backend) each call still running: run_sql
 task it was running back with release() (ready again, the attempt not counted) and returns. A
 signal that lands between two statements of the procedure (while it records a task or cleans up)
 is absorbed there, so a call still running RECANCEL seconds later is cancelled again. A second
-SIGTERM cancels at once. The executors reuse the connection, LISTEN, reconnect and idle code of
-`skiplock worker` (cmd_worker.Slot).
+SIGTERM cancels at once. The executors' connection, LISTEN, reconnect and idle code and the
+two-step stop are those of `skiplock worker` (skiplock/slots.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
 import time
 
 import psycopg
 import psycopg.errors
-import psycopg.sql
 
-from skiplock import cmd_worker
-from skiplock.worker import channel
+from skiplock import slots
+from skiplock.db import one
+from skiplock.errors import describe_error, primary_message
 
 RECANCEL = 0.5   # seconds before a call still running after a stop cancel is cancelled again (the first was absorbed)
-CONNECT_BACKOFF_MAX = 5.0
 CALL = "CALL queue.run_sql_tasks(%s, %s, %s)"
 
 
-class Shared(cmd_worker.Shared):
-    """The stop flags, counters and console of `skiplock worker`, plus the calls in flight."""
+class Shared(slots.Shared):
+    """The stop flags, counters and console of the slots (slots.Shared), plus the calls in flight."""
 
     def __init__(self, args: argparse.Namespace, url: str) -> None:
-        super().__init__(args, url, [])
+        super().__init__(args, url, "run-sql")
         self.in_call: dict[int, tuple[int, int]] = {}   # executor index -> (backend pid, call number) of its running CALL
         self.stop_cancelled: set[int] = set()   # executor indexes whose running CALL got a stop cancel
         self.calls = 0
         self.role = "?"   # the login, whose tasks these are (set by run())
 
-    def log(self, message: str) -> None:
-        self.console.print(f"{time.strftime('%H:%M:%S')} skiplock run-sql {self.args.stage} ({self.role}): {message}",
-                           markup=False)
+    def label(self) -> str:
+        return f"{super().label()} ({self.role})"
 
 
-class Executor(cmd_worker.Slot):
+class Executor(slots.Slot[Shared]):
     """One connection looping CALL queue.run_sql_tasks; connect, reconnect and idle as a worker slot."""
 
     def __init__(self, shared: Shared, index: int) -> None:
-        super().__init__(shared, index)
-        self.name = f"executor-{index}"
-        self.index = index
+        super().__init__(shared, index, f"executor-{index}")
 
     def run(self) -> None:
         sh = self.shared
@@ -99,12 +94,12 @@ class Executor(cmd_worker.Slot):
         sh, a = self.shared, self.shared.args
         with sh.lock:
             sh.calls += 1
-            sh.in_call[self.index] = (self.conn.info.backend_pid, sh.calls)
+            sh.in_call[self.index] = (self.db.info.backend_pid, sh.calls)
             sh.stop_cancelled.discard(self.index)
             sh.running += 1
         try:
             # prepare=False: a request may DEALLOCATE ALL on this session.
-            ran = self.conn.execute(CALL, (a.stage, a.max_tasks_per_call, self.worker_name), prepare=False).fetchone()[0]
+            ran = one(self.db.execute(CALL, (a.stage, a.max_tasks_per_call, self.worker_name), prepare=False))[0]
         finally:
             with sh.lock:
                 del sh.in_call[self.index]
@@ -128,7 +123,7 @@ class Executor(cmd_worker.Slot):
     def after_failed_call(self, e: psycopg.Error) -> bool:
         """Deal with a CALL that raised; False when this executor should end (we are stopping)."""
         sh = self.shared
-        if self.conn.broken or self.conn.closed:  # the connection is gone: the server restarted, ...
+        if self.db.broken or self.db.closed:  # the connection is gone: the server restarted, ...
             if sh.stopping.is_set():
                 return False
             self.reconnect()
@@ -148,7 +143,7 @@ class Executor(cmd_worker.Slot):
         sh.count("failed calls")
         if sh.stopping.is_set():
             return False
-        sh.log(f"{self.name}: call failed ({_message(e)}); calling again on a new connection "
+        sh.log(f"{self.name}: call failed ({primary_message(e)}); calling again on a new connection "
                "(a task the call had claimed stays running until its lease expires)")
         self.fresh_session()
         self.idle()
@@ -166,8 +161,7 @@ class Executor(cmd_worker.Slot):
     def listen_again(self) -> None:
         """A request runs on this session and may have run UNLISTEN *: LISTEN again (a no-op if not)."""
         try:
-            self.conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel(self.shared.args.stage))),
-                              prepare=False)
+            self.db.execute(self.listen_statement(), prepare=False)
         except psycopg.errors.QueryCanceled:
             pass  # a late cancel; the slow poll covers this round
         except psycopg.OperationalError:
@@ -189,7 +183,7 @@ class Watchdog(threading.Thread):
         self.conn: psycopg.Connection | None = None
 
     def connect(self) -> psycopg.Connection:
-        delay = 0.1
+        delay = slots.BACKOFF_FIRST
         while True:
             try:
                 return psycopg.connect(self.shared.url, autocommit=True)
@@ -198,7 +192,7 @@ class Watchdog(threading.Thread):
                     raise
                 self.shared.log(f"watchdog cannot connect ({e.__class__.__name__}); retrying in {delay:.1f} s")
                 self.done.wait(delay)
-                delay = min(delay * 2, CONNECT_BACKOFF_MAX)
+                delay = min(delay * 2, slots.BACKOFF_MAX)
 
     def run(self) -> None:
         sh, a = self.shared, self.shared.args
@@ -210,7 +204,7 @@ class Watchdog(threading.Thread):
                 try:
                     now = time.monotonic()
                     if now >= next_check:
-                        n = self.conn.execute("SELECT queue.cancel_overdue_sql_tasks()").fetchone()[0]
+                        n = one(self.conn.execute("SELECT queue.cancel_overdue_sql_tasks()"))[0]
                         next_check = now + a.watchdog_interval
                         if n:
                             self.cancelled_overdue += n
@@ -254,25 +248,18 @@ class Watchdog(threading.Thread):
                 self.conn.close()
 
 
-def _message(e: BaseException) -> str:
-    if isinstance(e, psycopg.Error) and e.diag.message_primary:
-        return (f"{e.sqlstate}: " if e.sqlstate else "") + e.diag.message_primary
-    return str(e) or e.__class__.__name__
-
-
 def run(url: str, args: argparse.Namespace) -> int:
     if args.grace < 0:
         print("skiplock run-sql: --grace must not be negative", file=sys.stderr)
         return 2
-    from skiplock.cli import describe_error
     try:  # fail fast on a wrong URL, a database without SQL tasks, or a login that may not run them
         with psycopg.connect(url, autocommit=True) as conn:
             # Membership first, on its own: looking the functions up needs USAGE on schema queue,
             # which only skiplock's roles have, so a login outside them would get "permission denied".
-            role, current, installed, member = conn.execute(
+            role, current, installed, member = one(conn.execute(
                 "SELECT session_user::text, current_user::text, r.oid IS NOT NULL, "
                 "       pg_has_role(session_user, r.oid, 'MEMBER') "
-                "  FROM (SELECT) AS one LEFT JOIN pg_catalog.pg_roles r ON r.rolname = 'skiplock_sql'").fetchone()
+                "  FROM (SELECT) AS one LEFT JOIN pg_catalog.pg_roles r ON r.rolname = 'skiplock_sql'"))
             if current != role:
                 print(f"skiplock run-sql: the session is {role} acting as {current} (SET ROLE): connect as the role whose "
                       f"SQL tasks to run, e.g. with {current}'s own login (run_sql_tasks refuses SET ROLE)", file=sys.stderr)
@@ -283,10 +270,10 @@ def run(url: str, args: argparse.Namespace) -> int:
                 return 1
             if member:
                 try:
-                    member = conn.execute(
+                    member = one(conn.execute(
                         "SELECT has_function_privilege('queue.run_sql_tasks(text,integer,text,integer)'::regprocedure, 'EXECUTE') "
                         "   AND has_function_privilege('queue.cancel_overdue_sql_tasks()'::regprocedure, 'EXECUTE')"
-                    ).fetchone()[0]
+                    ))[0]
                 except psycopg.errors.InsufficientPrivilege:
                     member = False
     except psycopg.Error as e:
@@ -299,58 +286,50 @@ def run(url: str, args: argparse.Namespace) -> int:
 
     sh = Shared(args, url)
     sh.role = role
-    deadline: list[float] = []
 
-    def on_signal(signum: int, frame: object) -> None:
-        if not sh.stopping.is_set():
-            sh.stopping.set()
-            deadline.append(time.monotonic() + args.grace)
-            with sh.lock:
-                running = len(sh.in_call)
-            sh.log(f"{signal.Signals(signum).name}: stopping, {running} call(s) running, grace {args.grace:g} s")
-        elif not sh.abort.is_set():
-            sh.log(f"{signal.Signals(signum).name} again: cancelling running calls now")
-            sh.abort.set()
+    def stopping(signal_name: str) -> str:
+        with sh.lock:
+            running = len(sh.in_call)
+        return f"{signal_name}: stopping, {running} call(s) running, grace {args.grace:g} s"
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    watchdog = Watchdog(sh)
-    executors = [Executor(sh, i) for i in range(args.concurrency)]
-    if not args.quiet:
-        sh.log(f"running the SQL tasks that role {role} enqueued: {args.concurrency} executor(s), "
-               f"up to {args.max_tasks_per_call} task(s) a call, watchdog every {args.watchdog_interval:g} s")
-    try:
-        watchdog.start()
-        for e in executors:
-            e.start()
-        last_report = time.monotonic()
-        while any(e.is_alive() for e in executors):
-            for e in executors:
-                e.join(timeout=0.1)
-            now = time.monotonic()
-            if sh.stopping.is_set() and not deadline:  # an executor or the watchdog failed
-                deadline.append(now + args.grace)
-            if deadline and not sh.abort.is_set():
-                if now >= deadline[0]:
-                    with sh.lock:
-                        running = len(sh.in_call)
-                    if running:
-                        sh.log(f"grace over: cancelling {running} running call(s); their tasks are released "
-                               "(ready again, attempt not counted)")
-                    sh.abort.set()
-                elif now - last_report >= 5.0:
-                    last_report = now
-                    sh.log(f"stopping: {len(sh.in_call)} call(s) still running, "
-                           f"{max(deadline[0] - now, 0):.0f} s of grace left")
-    finally:
-        watchdog.done.set()
-        watchdog.join(timeout=5.0)
-        for s, handler in old.items():
-            signal.signal(s, handler)
-    errors = [x.error for x in (*executors, watchdog) if x.error is not None]
+    with slots.stop_signals(sh, args.grace, stopping, "cancelling running calls now"):
+        watchdog = Watchdog(sh)
+        executors = [Executor(sh, i) for i in range(args.concurrency)]
+        if not args.quiet:
+            sh.log(f"running the SQL tasks that role {role} enqueued: {args.concurrency} executor(s), "
+                   f"up to {args.max_tasks_per_call} task(s) a call, watchdog every {args.watchdog_interval:g} s")
+        try:
+            watchdog.start()
+            for x in executors:
+                x.start()
+            last_report = time.monotonic()
+            while any(x.is_alive() for x in executors):
+                for x in executors:
+                    x.join(timeout=0.1)
+                now = time.monotonic()
+                if sh.stopping.is_set() and sh.deadline is None:  # an executor or the watchdog failed
+                    sh.deadline = now + args.grace
+                if sh.deadline is not None and not sh.abort.is_set():
+                    if now >= sh.deadline:
+                        with sh.lock:
+                            running = len(sh.in_call)
+                        if running:
+                            sh.log(f"grace over: cancelling {running} running call(s); their tasks are released "
+                                   "(ready again, attempt not counted)")
+                        sh.abort.set()
+                    elif now - last_report >= 5.0:
+                        last_report = now
+                        sh.log(f"stopping: {len(sh.in_call)} call(s) still running, "
+                               f"{max(sh.deadline - now, 0):.0f} s of grace left")
+        finally:
+            watchdog.done.set()
+            watchdog.join(timeout=5.0)
+    threads: list[Executor | Watchdog] = [*executors, watchdog]
+    errors = [x.error for x in threads if x.error is not None]
     c = sh.counts
     sh.log(f"stopped: {c['ran']} task(s) of role {role} run, {c['released']} handed back at stop, in {c['calls']} call(s) "
            f"by {args.concurrency} executor(s); {watchdog.cancelled_overdue} cancelled past their timeout; "
            f"{c['cancelled calls'] + c['failed calls']} call(s) ended in an error")
-    for e in errors[:1]:
-        sh.log(f"error: {_message(e)}")
+    for error in errors[:1]:
+        sh.log(f"error: {primary_message(error)}")
     return 1 if errors else 0

@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from skiplock.db import one
+
 # Statuses in the order a task lives through them.
 ORDER = ("ready", "running", "error", "done", "fatal", "cancelled")
 LIVE = ("ready", "running", "error")
@@ -45,7 +47,7 @@ def _sort(rows: list[tuple]) -> list[tuple]:
 
 
 def stats_table(conn: psycopg.Connection, stages: list[str] | None) -> Table:
-    now = conn.execute("SELECT now()").fetchone()[0]
+    now = one(conn.execute("SELECT now()"))[0]
     rows = conn.execute(
         "SELECT stage, status::text, tasks, due, oldest_age, next_run_at, lease_expired "
         "  FROM queue.stats WHERE %(stages)s::text[] IS NULL OR stage = ANY(%(stages)s::text[])",

@@ -13,6 +13,8 @@ a command is never left running because the server is down (its task then stays 
 lease expires, and the worker exits 1). On Linux a command also gets SIGKILL when its worker dies
 (prctl PR_SET_PDEATHSIG), so a worker killed with -9 leaves no command behind (its task waits for
 its lease to expire; processes the command started itself are not covered).
+The slot's connection, LISTEN, reconnect and idle and the two-step stop are skiplock/slots.py's,
+shared with `skiplock run-sql`.
 """
 
 from __future__ import annotations
@@ -22,31 +24,31 @@ import collections
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import psycopg
-import psycopg.sql
-from rich.console import Console
 
-from skiplock.worker import channel, storable
+from skiplock import slots
+from skiplock.db import one
+from skiplock.errors import describe_error
+from skiplock.worker import storable
 
 STDERR_LINES = 20      # lines of stderr kept as the error of a failed attempt
 STDERR_CHARS = 1900    # and at most this much of their end (the database keeps 2,000 characters)
 KILL_WAIT = 5.0        # seconds between SIGTERM and SIGKILL of a command's process group
 RELEASE_WAIT = 15.0    # after the kill, how long the slots may take to hand their tasks back
-CONNECT_TIMEOUT = 5    # seconds a reconnect tried while a command runs may take
 
 
 class Unrecorded(Exception):
     """A task's outcome could not be written: the database could not be reached."""
 
 
-def _death_signal() -> object:
+def _death_signal() -> Callable[[], None] | None:
     """preexec_fn for a command: SIGKILL when the worker dies (Linux prctl PR_SET_PDEATHSIG), else None.
 
     Everything is looked up here, in the parent; the child only calls prctl and getppid (no
@@ -83,26 +85,13 @@ class Taken:
     lease_seconds: float
 
 
-class Shared:
-    """What the slots share: the stop flags, the counters, the console."""
+class Shared(slots.Shared):
+    """What the slots share (slots.Shared), plus the command and the processes running it."""
 
     def __init__(self, args: argparse.Namespace, url: str, argv: list[str]) -> None:
-        self.args, self.url, self.argv = args, url, argv
-        self.name = args.name or f"{socket.gethostname()}:{os.getpid()}"
-        self.stopping = threading.Event()   # take no more tasks
-        self.abort = threading.Event()      # grace is over: kill running commands
-        self.lock = threading.Lock()
-        self.counts = collections.Counter()
-        self.running = 0
-        self.procs: dict[int, subprocess.Popen] = {}   # slot index -> its running command
-        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-    def log(self, message: str) -> None:
-        self.console.print(f"{time.strftime('%H:%M:%S')} skiplock worker {self.args.stage}: {message}", markup=False)
-
-    def count(self, what: str) -> None:
-        with self.lock:
-            self.counts[what] += 1
+        super().__init__(args, url, "worker")
+        self.argv = argv
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}   # slot index -> its running command
 
     def kill_commands(self, sig: signal.Signals) -> int:
         """Signal the process group of every command still running; how many were signalled."""
@@ -130,54 +119,12 @@ def error_text(returncode: int, tail: collections.deque[str]) -> str:
     return f"{how}; last lines of stderr:\n{lines}"
 
 
-class Slot(threading.Thread):
+class Slot(slots.Slot[Shared]):
+    """Takes a task, runs the command on it, heartbeats, ends the attempt; over again."""
+
     def __init__(self, shared: Shared, index: int) -> None:
-        super().__init__(name=f"slot-{index}", daemon=True)
-        self.shared = shared
-        self.index = index
-        self.worker_name = f"{shared.name}:{index}" if shared.args.concurrency > 1 else shared.name
-        self.conn: psycopg.Connection | None = None
-        self.error: BaseException | None = None
+        super().__init__(shared, index, f"slot-{index}")
 
-    # -- connection ---------------------------------------------------------------------------
-    def connect(self) -> psycopg.Connection:
-        delay = 0.1
-        while True:
-            try:
-                conn = psycopg.connect(self.shared.url, autocommit=True)
-                conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel(self.shared.args.stage))))
-                return conn
-            except psycopg.OperationalError as e:
-                if self.shared.stopping.is_set():
-                    raise
-                self.shared.log(f"cannot connect ({e.__class__.__name__}); retrying in {delay:.1f} s")
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-
-    def drop_connection(self) -> None:
-        self.shared.count("reconnects")
-        try:
-            if self.conn is not None:
-                self.conn.close()
-        except Exception:
-            pass
-
-    def reconnect(self) -> None:
-        self.drop_connection()
-        self.conn = self.connect()
-
-    def reconnect_once(self) -> bool:
-        """One try at a new connection, bounded, for the heartbeat: a command is running and must
-        stay supervised (killed at the end of the grace, or when its lease is lost)."""
-        self.drop_connection()
-        try:
-            self.conn = psycopg.connect(self.shared.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
-            self.conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel(self.shared.args.stage))))
-            return True
-        except psycopg.OperationalError:
-            return False
-
-    # -- loop ---------------------------------------------------------------------------------
     def run(self) -> None:
         try:
             self.conn = self.connect()
@@ -206,26 +153,13 @@ class Slot(threading.Thread):
 
     def take(self) -> Taken | None:
         a = self.shared.args
-        row = self.conn.execute(
+        row = self.db.execute(
             "SELECT t.id, t.payload::text, t.attempt, t.lease::text, "
             "       extract(epoch FROM t.lease_expires - now())::float8 "
             "  FROM queue.take_next(stage => %s, batch => 1, "
             "                       lease_for => %s::float8 * interval '1 second', worker => %s) t",
             (a.stage, a.lease, self.worker_name)).fetchone()
         return Taken(*row) if row else None
-
-    def idle(self) -> None:
-        """Sleep until an enqueue notifies the stage or the slow poll comes round (or we stop)."""
-        deadline = time.monotonic() + self.shared.args.poll
-        try:
-            while not self.shared.stopping.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return
-                for _ in self.conn.notifies(timeout=min(left, 0.25), stop_after=1):
-                    return
-        except psycopg.OperationalError:
-            self.reconnect()
 
     # -- one task -----------------------------------------------------------------------------
     def work(self, task: Taken) -> None:
@@ -286,7 +220,8 @@ class Slot(threading.Thread):
                 sh.running -= 1
 
     @staticmethod
-    def _feed(proc: subprocess.Popen, payload: str) -> None:
+    def _feed(proc: subprocess.Popen[bytes], payload: str) -> None:
+        assert proc.stdin is not None  # Popen(stdin=PIPE)
         try:
             proc.stdin.write(payload.encode())
             proc.stdin.close()
@@ -294,7 +229,8 @@ class Slot(threading.Thread):
             pass
 
     @staticmethod
-    def _read_stderr(proc: subprocess.Popen, tail: collections.deque[str]) -> None:
+    def _read_stderr(proc: subprocess.Popen[bytes], tail: collections.deque[str]) -> None:
+        assert proc.stderr is not None  # Popen(stderr=PIPE)
         for line in proc.stderr:
             tail.append(line.decode(errors="replace"))
             sys.stderr.buffer.write(line)
@@ -325,8 +261,8 @@ class Slot(threading.Thread):
                 continue
             if now >= next_beat:
                 try:
-                    self.conn.execute("SELECT queue.heartbeat(%s, %s, lease_for => %s::float8 * interval '1 second', "
-                                      "stage => %s)", (task.id, task.lease, a.lease, a.stage))
+                    self.db.execute("SELECT queue.heartbeat(%s, %s, lease_for => %s::float8 * interval '1 second', "
+                                    "stage => %s)", (task.id, task.lease, a.lease, a.stage))
                     next_beat = now + every
                 except psycopg.OperationalError:
                     # One bounded try, never the waiting reconnect loop: the command stays
@@ -344,6 +280,7 @@ class Slot(threading.Thread):
         """finish or fail the attempt; a connection lost on the way is retried once on a new one,
         and a fail whose error text the server refuses once with a plain text instead."""
         sh, a = self.shared, self.shared.args
+        params: tuple[Any, ...]
         if how == "finish":
             sql, params = "SELECT queue.finish(%s, %s, stage => %s)", (task.id, task.lease, a.stage)
         elif how == "shutdown":
@@ -359,7 +296,7 @@ class Slot(threading.Thread):
         try:
             for attempt in (1, 2):
                 try:
-                    ok = self.conn.execute(sql, params).fetchone()[0]
+                    ok = one(self.db.execute(sql, params))[0]
                     break
                 except psycopg.OperationalError:
                     if attempt == 2:
@@ -371,10 +308,9 @@ class Slot(threading.Thread):
                     if how not in ("fail", "fatal") or attempt == 2:
                         raise
                     why = f"SQLSTATE {e.sqlstate}" if e.sqlstate else type(e).__name__
-                    error = f"{error.partition(';')[0]} (stderr not storable: {why})"
+                    error = f"{(error or '').partition(';')[0]} (stderr not storable: {why})"
                     params = (task.id, task.lease, error, how == "fatal", None, a.stage)
         except psycopg.OperationalError as e:
-            from skiplock.cli import describe_error
             what = {"finish": "finished", "shutdown": "released", "snooze": "handed back",
                     "fail": "failed", "fatal": "failed"}[how]
             raise Unrecorded(f"task {task.id} could not be {what}: {describe_error(e)}; it stays running "
@@ -430,77 +366,66 @@ def run(url: str, args: argparse.Namespace) -> int:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("SELECT 'queue.take_next(text,integer,interval,text)'::regprocedure")
     except psycopg.Error as e:
-        from skiplock.cli import describe_error
         print(f"skiplock worker: {describe_error(e)}", file=sys.stderr)
         return 1
 
-    deadline: list[float] = []
+    def stopping(signal_name: str) -> str:
+        with sh.lock:
+            running = sh.running
+        if running:
+            return f"{signal_name}: draining, {running} command(s) running, grace {args.grace:g} s"
+        return f"{signal_name}: stopping, no command running"
 
-    def on_signal(signum: int, frame: object) -> None:
-        if not sh.stopping.is_set():
-            sh.stopping.set()
-            deadline.append(time.monotonic() + args.grace)
-            with sh.lock:
-                running = sh.running
-            if running:
-                sh.log(f"{signal.Signals(signum).name}: draining, {running} command(s) running, grace {args.grace:g} s")
-            else:
-                sh.log(f"{signal.Signals(signum).name}: stopping, no command running")
-        elif not sh.abort.is_set():
-            sh.log(f"{signal.Signals(signum).name} again: killing running commands now")
-            sh.abort.set()
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    slots = [Slot(sh, i) for i in range(args.concurrency)]
-    if not args.quiet:
-        sh.log(f"{args.concurrency} slot(s) running {' '.join(argv)}")
     gave_up = 0
-    try:
-        for s in slots:
-            s.start()
-        last_report = time.monotonic()
-        killed_at: float | None = None
-        while any(s.is_alive() for s in slots):
-            for s in slots:
-                s.join(timeout=0.1)
-            now = time.monotonic()
-            if deadline and not sh.abort.is_set():
-                if now >= deadline[0]:
-                    with sh.lock:
-                        running = sh.running
-                    if running:
-                        sh.log(f"grace over: killing {running} running command(s), then releasing their tasks "
-                               "(ready again, attempt not counted)")
-                    sh.abort.set()
-                elif now - max(last_report, deadline[0] - args.grace) >= 5.0:
-                    last_report = now
-                    with sh.lock:
-                        running = sh.running
-                    if running:
-                        sh.log(f"draining: {running} command(s) still running, "
-                               f"{max(deadline[0] - now, 0):.0f} s of grace left")
-            if sh.abort.is_set():
-                # The kill comes from here, whatever the slots are doing (waiting for a database that
-                # is down, say): first the commands, then their slots may release the tasks.
-                if killed_at is None:
-                    killed_at = now
-                    sh.kill_commands(signal.SIGTERM)
-                elif now - killed_at > KILL_WAIT:
-                    sh.kill_commands(signal.SIGKILL)
-                if now - killed_at > KILL_WAIT + RELEASE_WAIT:
-                    gave_up = sum(s.is_alive() for s in slots)
-                    break
-    finally:
-        sh.kill_commands(signal.SIGKILL)  # none is left running when the worker exits (normally none is)
-        for s, handler in old.items():
-            signal.signal(s, handler)
-    errors = [s.error for s in slots if s.error is not None]
+    with slots.stop_signals(sh, args.grace, stopping, "killing running commands now"):
+        workers = [Slot(sh, i) for i in range(args.concurrency)]
+        if not args.quiet:
+            sh.log(f"{args.concurrency} slot(s) running {' '.join(argv)}")
+        try:
+            for w in workers:
+                w.start()
+            last_report = time.monotonic()
+            killed_at: float | None = None
+            while any(w.is_alive() for w in workers):
+                for w in workers:
+                    w.join(timeout=0.1)
+                now = time.monotonic()
+                if sh.deadline is not None and not sh.abort.is_set():
+                    if now >= sh.deadline:
+                        with sh.lock:
+                            running = sh.running
+                        if running:
+                            sh.log(f"grace over: killing {running} running command(s), then releasing their tasks "
+                                   "(ready again, attempt not counted)")
+                        sh.abort.set()
+                    elif now - max(last_report, sh.deadline - args.grace) >= 5.0:
+                        last_report = now
+                        with sh.lock:
+                            running = sh.running
+                        if running:
+                            sh.log(f"draining: {running} command(s) still running, "
+                                   f"{max(sh.deadline - now, 0):.0f} s of grace left")
+                if sh.abort.is_set():
+                    # The kill comes from here, whatever the slots are doing (waiting for a database that
+                    # is down, say): first the commands, then their slots may release the tasks.
+                    if killed_at is None:
+                        killed_at = now
+                        sh.kill_commands(signal.SIGTERM)
+                    elif now - killed_at > KILL_WAIT:
+                        sh.kill_commands(signal.SIGKILL)
+                    if now - killed_at > KILL_WAIT + RELEASE_WAIT:
+                        gave_up = sum(w.is_alive() for w in workers)
+                        break
+        finally:
+            sh.kill_commands(signal.SIGKILL)  # none is left running when the worker exits (normally none is)
+    errors = [w.error for w in workers if w.error is not None]
     c = sh.counts
     if not args.quiet or errors or gave_up:
         sh.log(f"stopped: {c['done']} done, {c['failed']} failed, {c['fatal']} fatal, {c['snoozed']} snoozed, "
                f"{c['released (shutdown)']} interrupted, {c['lost']} lease lost")
-    for e in errors[:1]:
-        message = e.diag.message_primary if isinstance(e, psycopg.Error) and e.diag.message_primary else str(e)
+    for error in errors[:1]:
+        message = (error.diag.message_primary if isinstance(error, psycopg.Error) and error.diag.message_primary
+                   else str(error))
         sh.log(f"error: {message}")
     if gave_up:
         sh.log(f"error: {gave_up} slot(s) could not reach the database within {RELEASE_WAIT:g} s of the kill: "

@@ -19,11 +19,16 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psycopg
 
 from skiplock import devdb, migrate
+from skiplock.db import one
 from skiplock.worker import Fail, Outcome, Task, Worker
+
+if TYPE_CHECKING:
+    from multiprocessing.synchronize import Event
 
 RESIZE, PUBLISH = "demo.resize", "demo.publish"
 
@@ -46,7 +51,7 @@ def publish(task: Task) -> Outcome:
     return Outcome()
 
 
-def _work(url: str, stop: mp.Event, results: mp.Queue, index: int, parent: int) -> None:
+def _work(url: str, stop: Event, results: mp.Queue, index: int, parent: int) -> None:
     # A terminal's Ctrl-C reaches the whole process group; only the parent acts on it, through
     # `stop`, so each worker ends its batch instead of dying mid-batch with its tasks leased. It
     # was born with SIGINT blocked (see run), so none slips in before it is ignored. The fork also
@@ -117,8 +122,8 @@ def run(url: str, tasks: int = 3000, workers: int = 4, seed: int | None = None, 
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             while True:
-                live = conn.execute(f"SELECT count(*) FROM queue.tasks WHERE {mine} AND finished IS NULL",
-                                    params).fetchone()[0]
+                live = one(conn.execute(f"SELECT count(*) FROM queue.tasks WHERE {mine} AND finished IS NULL",
+                                        params))[0]
                 if live == 0:
                     break
                 now = time.monotonic()
@@ -141,11 +146,11 @@ def run(url: str, tasks: int = 3000, workers: int = 4, seed: int | None = None, 
         failed = 0
         while not results.empty():
             failed += results.get()[2]
-        row = conn.execute(
+        row = one(conn.execute(
             "SELECT count(*) FILTER (WHERE status = 'done' AND stage = %(publish)s),"
             "       count(*) FILTER (WHERE status = 'fatal'),"
             "       count(*) FILTER (WHERE finished IS NULL)"
-            f"  FROM queue.tasks WHERE {mine}", params).fetchone()
+            f"  FROM queue.tasks WHERE {mine}", params))
         errors = conn.execute(
             f"SELECT stage, error_text, count(*) FROM queue.tasks WHERE {mine} AND status = 'fatal'"
             " GROUP BY stage, error_text ORDER BY count(*) DESC, stage, error_text LIMIT 3", params).fetchall()

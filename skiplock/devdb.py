@@ -17,9 +17,9 @@ import socket
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
-from contextlib import contextmanager
 
 PG_BIN_CANDIDATES = ("/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin")
 
@@ -80,7 +80,7 @@ class Cluster:
         return f"postgresql://postgres@/{dbname}?host={self.directory}&port={self.port}"
 
     # -- running ---------------------------------------------------------------------------
-    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    def _run(self, *args: str | Path, check: bool = True) -> subprocess.CompletedProcess:
         cmd = [str(a) for a in args]
         if self.as_root:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]

@@ -25,12 +25,15 @@ Lock safety (alembic/env.py applies it to every `alembic upgrade`/`downgrade`, C
 from __future__ import annotations
 
 import os
-import time
 import random
+import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from skiplock.sqlfiles import ROOT, run_files
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 # Key of the transaction-level advisory lock that serialises concurrent upgrades (fits bigint).
 MIGRATION_LOCK_KEY = 0x736B69706C6F636B  # "skiplock"
@@ -73,7 +76,7 @@ def run_revision_files(base: Path, files: Sequence[str]) -> None:
     run_files(op.get_bind().connection.driver_connection, base, files)
 
 
-def alembic_config(url: str, lock_timeout: str | None = None, lock_attempts: int | None = None):
+def alembic_config(url: str, lock_timeout: str | None = None, lock_attempts: int | None = None) -> Config:
     from alembic.config import Config
     ini = ROOT / "alembic.ini"  # a checkout has one; an installed wheel needs none (env.py sets no logging)
     cfg = Config(str(ini)) if ini.is_file() else Config()
@@ -108,6 +111,7 @@ def lock_settings(x_args: dict[str, str], attributes: dict[str, Any]) -> tuple[s
     from alembic.util import CommandError  # a user's mistake: `skiplock upgrade` says it in one line
     timeout = (x_args.get("lock_timeout") or attributes.get("lock_timeout")
                or os.environ.get("SKIPLOCK_MIGRATION_LOCK_TIMEOUT") or DEFAULT_LOCK_TIMEOUT)
+    given: Any   # a string, or the int an embedding application put in the attributes
     for source, given in (("-x lock_attempts", x_args.get("lock_attempts")),
                           ("lock_attempts", attributes.get("lock_attempts")),
                           ("SKIPLOCK_MIGRATION_LOCK_ATTEMPTS", os.environ.get("SKIPLOCK_MIGRATION_LOCK_ATTEMPTS")),

@@ -1,4 +1,5 @@
-"""`make test`: the pgTAP suite through pg_prove, then pytest, on a cluster of the tests' own.
+"""`make test`: lint (ruff, mypy), then the pgTAP suite through pg_prove, then pytest, on a cluster
+of the tests' own. A lint finding stops the run before any database starts.
 
 It never reads DATABASE_URL: tests drop and rebuild schema queue. It starts a throwaway cluster,
 or uses TEST_DATABASE_URL, a server where it may create and drop its own databases.
@@ -12,11 +13,10 @@ import re
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import psycopg
 
-from skiplock import devdb, migrate
+from skiplock import devdb, lint, migrate
 from skiplock.sqlfiles import ROOT
 
 TAP_DB = "skiplock_pgtap"
@@ -38,7 +38,7 @@ def db_url(admin_url: str, dbname: str) -> str:
     """The same server as admin_url, another database."""
     params = psycopg.conninfo.conninfo_to_dict(admin_url)
     params["dbname"] = dbname
-    return psycopg.conninfo.make_conninfo(**params)
+    return psycopg.conninfo.make_conninfo("", **params)
 
 
 def create_database(admin_url: str, prefix: str) -> str:
@@ -86,6 +86,8 @@ def run_pytest(admin_url: str, extra: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     extra = list(sys.argv[1:] if argv is None else argv)
+    if lint.run() != 0:
+        return 1
     explicit = os.environ.get("TEST_DATABASE_URL")
     cluster = None
     code = 1

@@ -11,16 +11,18 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import psycopg
 import psycopg.sql
+
+from skiplock.db import one
 
 
 @dataclass
 class Task:
     id: int
-    payload: dict | list
+    payload: Any          # the JSON object or array, as json.loads gives it
     attempt: int
     lease: str
     stage: str
@@ -131,15 +133,15 @@ class Worker:
                 # A bug in the handler fails the attempt (retried per the stage's backoff) rather
                 # than ending the loop with the rest of the batch still leased.
                 f = e if isinstance(e, Fail) else Fail(f"{type(e).__name__}: {e}")
-                ok = conn.execute(
+                ok = one(conn.execute(
                     "SELECT queue.fail(%s, %s, %s, fatal => %s, retry_in => %s::float8 * interval '1 second', "
                     "stage => %s)",
-                    (task.id, task.lease, storable(str(f)), f.fatal, f.retry_in, task.stage)).fetchone()[0]
+                    (task.id, task.lease, storable(str(f)), f.fatal, f.retry_in, task.stage)))[0]
                 self.counters.failed += ok
                 self.counters.lost += not ok
                 continue
-            ok = conn.execute("SELECT queue.finish(%s, %s, next_stage => %s, stage => %s)",
-                              (task.id, task.lease, outcome.next_stage, task.stage)).fetchone()[0]
+            ok = one(conn.execute("SELECT queue.finish(%s, %s, next_stage => %s, stage => %s)",
+                                  (task.id, task.lease, outcome.next_stage, task.stage)))[0]
             if ok:
                 self.counters.finished += 1
                 self.counters.finished_ids.append(task.id)

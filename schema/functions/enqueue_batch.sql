@@ -76,7 +76,7 @@ BEGIN
     -- Only while a worker waits (take_next found the stage empty): NOTIFY serialises commits.
     IF v_settings.notify
        AND EXISTS (SELECT 1 FROM queue.stage_waiters w WHERE w.stage = enqueue_batch.stage AND w.until > v_now) THEN
-        PERFORM pg_catalog.pg_notify('skiplock.' || enqueue_batch.stage, '');
+        PERFORM queue._wake_waiters(enqueue_batch.stage);  -- one NOTIFY per wait: it ends the mark
     END IF;
 END
 $$;

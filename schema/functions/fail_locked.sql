@@ -2,13 +2,12 @@
 -- with take_locked. As fail(): the task waits as 'error', its attempt counted, and is retried after
 -- retry_in or the stage's backoff; with fatal => true, or at max_attempts, it is 'fatal', moved to
 -- queue.history (a periodic task is recorded and re-armed). Roll back the worker's own writes first,
--- to a savepoint taken after take_locked. The row lock is the claim: only a task whose lock belongs
--- to this transaction ends. A task due again at once wakes the stage's waiting workers when this
--- transaction commits (_wake_waiters).
+-- to a savepoint taken after take_locked. As finish_locked: only a task this transaction took (row
+-- lock and signed entry in skiplock.held) ends. A task due again at once wakes the stage's waiting
+-- workers when this transaction commits (_wake_waiters).
 -- Returns true when this call ended the attempt; false, changing nothing, for any other task.
--- Raises 22004 for a NULL id, 22023 for a negative retry_in or a long worker name, 55000 for a task
--- taken inside a savepoint. Locks the task's row (already locked by take_locked); writes
--- queue.live_tasks, and queue.history when fatal.
+-- Raises 22004 for a NULL id, 22023 for a negative retry_in or a long worker name. Locks the task's
+-- row (already locked by take_locked); writes queue.live_tasks, and queue.history when fatal.
 -- stage, when given, is the task's stage (routes the call on Citus); any other: false.
 CREATE OR REPLACE FUNCTION queue.fail_locked(
         id       bigint,
@@ -30,8 +29,8 @@ DECLARE
     v_settings queue.stage_settings;
     v_next     timestamptz;
     v_error    text := queue._bounded_error(coalesce(fail_locked.error, 'failed (no error text given)'));
-    v_xid      xid := pg_catalog.xid(pg_catalog.pg_current_xact_id());
-    v_held     boolean := false;
+    v_held     text := pg_catalog.current_setting('skiplock.held', true);
+    v_entry    text;
 BEGIN
     IF fail_locked.id IS NULL THEN
         RAISE EXCEPTION 'id must not be NULL'
@@ -56,29 +55,20 @@ BEGIN
                   HINT = 'Name workers in at most 200 characters, e.g. host:pid.';
     END IF;
 
-    -- A row locked by this transaction carries its id as xmax (a lock, not a delete). A version
-    -- this transaction wrote after the take (fail_locked, a re-arm) inherits the lock, but the task
-    -- has ended: its xmin is ours too, and its updated the clock, not now() as an enqueue in this
-    -- same transaction writes.
-    -- As finish_locked: held by this transaction (xmax, or a multixact after a rolled-back
-    -- savepoint: the second pass) and not already ended by it.
-    LOOP
-        SELECT t.* INTO v_task
-          FROM queue.live_tasks t
-         WHERE t.id = fail_locked.id
-           AND (fail_locked.stage IS NULL OR t.stage = fail_locked.stage)
-           AND (t.xmax = v_xid OR v_held)
-           AND (t.updated <= pg_catalog.now() OR NOT queue._written_here(t.xmin))
-           AND t.status IN ('ready', 'error');
-        EXIT WHEN FOUND;
-        IF v_held THEN
-            RETURN false;
-        END IF;
-        v_held := queue._held_lock(fail_locked.id, 'fail', fail_locked.stage);
-        IF NOT v_held THEN
-            RETURN false;
-        END IF;
-    END LOOP;
+    -- Held by this transaction: take_locked recorded it, signed, and nothing here ended it since.
+    v_entry := queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(),
+                                 fail_locked.id);
+    IF NOT coalesce(pg_catalog.strpos(v_held, v_entry) > 0, false) THEN
+        RETURN false;
+    END IF;
+    SELECT t.* INTO v_task
+      FROM queue.live_tasks t
+     WHERE t.id = fail_locked.id AND t.status IN ('ready', 'error')
+       AND (fail_locked.stage IS NULL OR t.stage = fail_locked.stage);
+    IF NOT FOUND THEN
+        RETURN false;  -- ended by this transaction outside the record (cancel), or of another stage
+    END IF;
+    PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held, v_entry, ','), true);
     v_attempt := v_task.attempt + 1;
 
     v_settings := queue._settings(v_task.stage);
@@ -111,6 +101,6 @@ BEGIN
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text, text) IS 'Ends with an error a task this transaction took with take_locked, as fail() does (retry or fatal). Only a task whose row lock belongs to this transaction ends; false, changing nothing, for any other; 55000 when taken in a savepoint.';
+COMMENT ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text, text) IS 'Ends with an error a task this transaction took with take_locked, as fail() does (retry or fatal). Only a task this transaction took (row lock and signed entry in skiplock.held) ends; false, changing nothing, for any other.';
 REVOKE ALL ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text, text) TO skiplock_worker, skiplock_admin;

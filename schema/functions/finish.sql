@@ -113,7 +113,7 @@ BEGIN
         IF v_count = 1 THEN
             IF v_next.notify
                AND EXISTS (SELECT 1 FROM queue.stage_waiters w WHERE w.stage = finish.next_stage AND w.until > v_now) THEN
-                PERFORM pg_catalog.pg_notify('skiplock.' || finish.next_stage, '');
+                PERFORM queue._wake_waiters(finish.next_stage);  -- one NOTIFY per wait: it ends the mark
             END IF;
             RETURN true;
         END IF;

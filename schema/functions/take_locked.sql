@@ -1,12 +1,13 @@
 -- take_locked(stage, batch): claim up to `batch` due tasks of a stage for the caller's own
--- transaction, returning each with the attempt it runs as; the row lock is the claim. The worker
+-- transaction, returning each with the attempt it runs as. The claim is the row lock plus an entry,
+-- signed with queue.fence_key, in the transaction-local setting skiplock.held. The worker
 -- runs the task inside that transaction and ends it there with finish_locked or fail_locked.
 -- Nothing is written at the take (no status, no lease): the task shows 'ready' while it runs.
 -- Order, SKIP LOCKED and the claim position are take_next's; a later take in the same transaction
 -- skips the tasks it holds. A rollback, a killed worker or a crash gives the task back at once, its
--- attempt not counted. Call it at the top level of BEGIN … COMMIT (not in a savepoint), for short
--- tasks: the open transaction holds back vacuum. Skips SQL tasks; a paused stage hands out nothing;
--- finding nothing due, it marks the stage as waited on (stage_waiters), as take_next does.
+-- attempt not counted; a rolled-back savepoint undoes its takes. Call it inside BEGIN … COMMIT,
+-- for short tasks: the open transaction holds back vacuum. Skips SQL tasks; a paused stage hands
+-- out nothing; finding nothing due, it marks the stage as waited on (stage_waiters), as take_next does.
 -- Raises 22004/22023 for a bad stage or batch, 0A000 for a stage with max_running or group_limit,
 -- 42501 for a restricted stage. Locks the claimed rows until the transaction ends.
 CREATE OR REPLACE FUNCTION queue.take_locked(
@@ -33,8 +34,9 @@ DECLARE
     v_from_id       bigint;
     v_rescan_at     text;
     v_full          boolean := false;
-    -- NULL until the transaction has locked or written something, and so holds no task yet.
-    v_own_xid       xid := pg_catalog.xid(pg_catalog.pg_current_xact_id_if_assigned());
+    -- The tasks this transaction holds already (',<id>:<code>,' each), or NULL.
+    v_held          text := NULLIF(pg_catalog.current_setting('skiplock.held', true), '');
+    v_held_ids      bigint[];
 BEGIN
     IF take_locked.stage IS NULL OR take_locked.stage IN ('', '*') OR pg_catalog.octet_length(take_locked.stage) > 54 THEN
         PERFORM queue._check_stage(take_locked.stage);
@@ -103,13 +105,13 @@ BEGIN
             v_from_priority := NULL;  -- a task of a lower priority number is due: from the beginning
         END IF;
     END IF;
-    -- SQL tasks (run_as set) are run_sql_tasks', in a session of their role: skipped here. And
-    -- SKIP LOCKED does not skip this transaction's own locks: without the xmax test a second take
-    -- in the same transaction would hand out again a task it holds.
-    -- A later take of this transaction skips the tasks it holds: xmax is its id, or a multixact
-    -- holding its lock after a rolled-back savepoint wrote the row (_locked_here, asked only for
-    -- an xmax below the next multixact number: a plain transaction id usually is not). A first
-    -- take (the transaction has no id yet) pays for neither. A false match skips a task once.
+    -- SQL tasks (run_as set) are run_sql_tasks', in a session of their role: skipped here. SKIP
+    -- LOCKED does not skip this transaction's own locks: a later take skips what skiplock.held lists
+    -- (as ids: an <> ALL filter keeps the planner's estimate, and so the index scan, of the claim).
+    IF v_held <> ',' THEN
+        v_held_ids := ARRAY(SELECT pg_catalog.split_part(e, ':', 1)::bigint
+                              FROM pg_catalog.unnest(pg_catalog.string_to_array(pg_catalog.btrim(v_held, ','), ',')) e);
+    END IF;
     <<claim>>
     LOOP
         IF v_from_priority IS NULL THEN
@@ -127,9 +129,7 @@ BEGIN
                AND c.status IN ('ready', 'error')
                AND c.run_as IS NULL
                AND c.run_at <= v_now
-               AND (v_own_xid IS NULL
-                    OR (c.xmax <> v_own_xid
-                        AND (c.xmax = '0'::xid OR pg_catalog.mxid_age(c.xmax) <= 0 OR NOT queue._locked_here(c.xmax))))
+               AND (v_held_ids IS NULL OR c.id <> ALL (v_held_ids))
                AND (c.priority, c.run_at, c.id) >= (v_from_priority, v_from_run_at, v_from_id)
              ORDER BY c.priority, c.run_at, c.id
              LIMIT take_locked.batch
@@ -144,9 +144,18 @@ BEGIN
                        false) AS hint
               FROM (SELECT c.priority, c.run_at, c.id FROM claimed c
                      ORDER BY c.priority DESC, c.run_at DESC, c.id DESC LIMIT 1) l
+        ), held AS (
+            -- The record finish_locked and fail_locked check: undone with the locks by a rollback.
+            SELECT pg_catalog.set_config('skiplock.held',
+                       coalesce(v_held, ',') || pg_catalog.string_agg(pg_catalog.ltrim(
+                           queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(), c.id),
+                           ','), ''),
+                       true) AS held
+              FROM claimed c
+            HAVING pg_catalog.count(*) > 0
         )
         SELECT c.id, c.payload, c.attempt, c.priority, c.key
-          FROM claimed c CROSS JOIN hint h
+          FROM claimed c CROSS JOIN hint h CROSS JOIN held
          ORDER BY c.priority, c.run_at, c.id;
         EXIT claim WHEN FOUND OR v_full;
         v_from_priority := NULL;  -- nothing due past the position: look from the beginning
@@ -157,6 +166,6 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue.take_locked(text, integer) IS 'Claims up to batch due tasks for the caller''s transaction by row lock only (no lease, nothing written); end each in the same transaction with finish_locked or fail_locked. Call inside BEGIN … COMMIT; short tasks only. 0A000 for limited stages.';
+COMMENT ON FUNCTION queue.take_locked(text, integer) IS 'Claims up to batch due tasks for the caller''s transaction: row lock plus a signed entry in the transaction-local setting skiplock.held, no lease. End each there with finish_locked or fail_locked; short tasks only. 0A000 for limited stages.';
 REVOKE ALL ON FUNCTION queue.take_locked(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.take_locked(text, integer) TO skiplock_worker, skiplock_admin;

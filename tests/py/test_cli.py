@@ -317,13 +317,14 @@ def test_maintain(url: str) -> None:
     assert "maintain" in proc.stdout
     loop = subprocess.Popen(skiplock_cmd(url, "maintain", "--every", "0.2"), stdout=subprocess.PIPE, text=True, env=ENV)
     try:
+        first = loop.stdout.readline()  # a call made: the signal handlers are in place (a slow start is not a failure)
         time.sleep(1.5)
         loop.send_signal(signal.SIGTERM)
         out, _ = loop.communicate(timeout=20)
     finally:
         loop.kill()
     assert loop.returncode == 0
-    assert out.count("maintain") >= 2
+    assert (first + out).count("maintain") >= 2
 
 
 def test_maintain_loop_survives_calls_that_fail_and_reaps_once_they_stop(url: str, conn: psycopg.Connection) -> None:

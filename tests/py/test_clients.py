@@ -27,7 +27,6 @@ import psycopg
 import pytest
 
 from skiplock import migrate
-
 from skiplock.sqlfiles import ROOT
 from skiplock.testrun import create_database, drop_database
 from skiplock.worker import Fail, Task, Worker

@@ -26,7 +26,6 @@ from typing import Any, Iterator
 
 import psycopg
 import pytest
-
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test

@@ -22,9 +22,8 @@ from typing import Iterator
 import psycopg
 import pytest
 
-from skiplock import migrate
-
 import workload
+from skiplock import migrate
 from skiplock.testrun import create_database, drop_database
 
 STAGE = "rot.load"

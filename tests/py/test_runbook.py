@@ -13,8 +13,8 @@ meanwhile, and loses none (the tests at the end).
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import threading
 import time

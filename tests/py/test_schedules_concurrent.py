@@ -14,8 +14,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Iterator
 
 import psycopg
-from psycopg.types.json import Jsonb
 import pytest
+from psycopg.types.json import Jsonb
 
 from skiplock import migrate, testrun
 

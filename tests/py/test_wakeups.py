@@ -2,8 +2,9 @@
 
 NOTIFY makes every notifying commit queue on one database-wide lock (bench/NOTIFY.md), so
 enqueue sends it only while queue.stage_waiters says a worker found the stage empty in the last
-minute (take_next and take_locked write that). A busy stage, whose workers always find work, enqueues without
-NOTIFY; an idle one wakes its workers within milliseconds.
+minute (take_next and take_locked write that), and only once a wait: the wake-up ends the mark. A
+busy stage, whose workers always find work, enqueues without NOTIFY; an idle one wakes its workers
+within milliseconds.
 """
 
 from __future__ import annotations
@@ -42,8 +43,75 @@ def test_a_worker_finding_the_stage_empty_turns_wakeups_on(conn: psycopg.Connect
     until = conn.execute("SELECT until - now() FROM queue.stage_waiters WHERE stage = 'wake.idle'").fetchone()[0]
     assert 50 <= until.total_seconds() <= 60
     conn.execute("SELECT queue.enqueue('{}', 'wake.idle')")
+    assert channels(listener, 2.0) == ["skiplock.wake.idle"]
+    # The worker woke, took the task, and found the stage empty again: that marks it again.
+    assert conn.execute("SELECT count(*) FROM queue.take_next('wake.idle')").fetchone()[0] == 1
+    assert conn.execute("SELECT count(*) FROM queue.take_next('wake.idle')").fetchone()[0] == 0
     conn.execute("SELECT queue.enqueue_batch(ARRAY['{}']::jsonb[], 'wake.idle')")
-    assert channels(listener, 2.0)[:2] == ["skiplock.wake.idle", "skiplock.wake.idle"]
+    assert channels(listener, 2.0) == ["skiplock.wake.idle"]
+
+
+def test_one_notify_per_wait(conn: psycopg.Connection, listener: psycopg.Connection):
+    # NOTIFY makes commits take turns (bench/NOTIFY.md): the first enqueue after a worker found the
+    # stage empty wakes it and ends the mark; later ones send nothing until a take finds it empty again.
+    listener.execute('LISTEN "skiplock.wake.once"')
+    assert conn.execute("SELECT count(*) FROM queue.take_next('wake.once')").fetchone()[0] == 0
+    for _ in range(3):
+        conn.execute("SELECT queue.enqueue('{}', 'wake.once')")
+    conn.execute("SELECT queue.enqueue_batch(ARRAY['{}', '{}']::jsonb[], 'wake.once')")
+    assert channels(listener, 1.0) == ["skiplock.wake.once"]
+    assert conn.execute("SELECT until = '-infinity' FROM queue.stage_waiters WHERE stage = 'wake.once'").fetchone()[0]
+    # Tasks left: the worker is not waiting, and a take that finds work does not mark the stage.
+    assert conn.execute("SELECT count(*) FROM queue.take_next('wake.once', 4)").fetchone()[0] == 4
+    conn.execute("SELECT queue.enqueue('{}', 'wake.once')")
+    assert channels(listener, 0.5) == []
+    assert conn.execute("SELECT count(*) FROM queue.take_next('wake.once', 10)").fetchone()[0] == 2
+    assert conn.execute("SELECT count(*) FROM queue.take_next('wake.once')").fetchone()[0] == 0
+    conn.execute("SELECT queue.enqueue('{}', 'wake.once')")
+    assert channels(listener, 1.0) == ["skiplock.wake.once"]
+
+
+@pytest.mark.parametrize("outcome", ["commit", "rollback"])
+def test_an_enqueue_finding_the_mark_being_ended_notifies_too(db: str, conn: psycopg.Connection,
+                                                             listener: psycopg.Connection, outcome: str):
+    # A first enqueue ends the mark in a transaction still open; a second one must neither wait
+    # for it nor count on it (it may roll back), and the mark it ends stays until it commits.
+    stage = f"wake.racing.{outcome}"
+    listener.execute(f'LISTEN "{"skiplock." + stage}"')
+    assert conn.execute("SELECT count(*) FROM queue.take_next(%s)", (stage,)).fetchone()[0] == 0
+    with psycopg.connect(db) as first:
+        first.execute("SELECT queue.enqueue('{}', %s)", (stage,))
+        conn.execute("SET lock_timeout = '3s'")  # a wait shows as an error, not a hang
+        started = time.monotonic()
+        conn.execute("SELECT queue.enqueue('{}', %s)", (stage,))
+        assert time.monotonic() - started < 0.5, "the enqueue waited on the other one's mark"
+        conn.execute("RESET lock_timeout")
+        assert channels(listener, 1.0) == ["skiplock." + stage], "the second enqueue did not notify"
+        # A worker finding nothing meanwhile (the first one holds the mark) does not wait either.
+        assert conn.execute("SELECT count(*) FROM queue.take_next(%s, 10)", (stage,)).fetchone()[0] == 1
+        assert conn.execute("SELECT count(*) FROM queue.take_next(%s)", (stage,)).fetchone()[0] == 0
+        getattr(first, outcome)()
+    notified = channels(listener, 1.0)
+    armed = conn.execute("SELECT until > now() FROM queue.stage_waiters WHERE stage = %s", (stage,)).fetchone()[0]
+    if outcome == "commit":
+        assert notified == ["skiplock." + stage] and not armed
+    else:
+        assert notified == [] and armed, "a rolled-back wake-up left the stage unmarked"
+        conn.execute("SELECT queue.enqueue('{}', %s)", (stage,))
+        assert channels(listener, 1.0) == ["skiplock." + stage]
+
+
+def test_an_enqueue_in_a_repeatable_read_transaction_survives_a_concurrent_wakeup(db: str, conn: psycopg.Connection,
+                                                                                   listener: psycopg.Connection):
+    listener.execute('LISTEN "skiplock.wake.rr"')
+    assert conn.execute("SELECT count(*) FROM queue.take_next('wake.rr')").fetchone()[0] == 0
+    with psycopg.connect(db) as rr:
+        rr.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        rr.execute("SELECT 1")  # the snapshot sees the mark
+        conn.execute("SELECT queue.enqueue('{}', 'wake.rr')")  # ends it
+        rr.execute("SELECT queue.enqueue('{}', 'wake.rr')")
+        rr.commit()
+    assert channels(listener, 1.0) == ["skiplock.wake.rr"] * 2
 
 
 def test_finish_into_a_waited_on_stage_notifies_it(conn: psycopg.Connection, listener: psycopg.Connection):

@@ -33,7 +33,7 @@ SELECT ok(
 
 SELECT ok(
     pg_catalog.regexp_replace(p.prosrc, '\s+', ' ', 'g') LIKE
-        '%SELECT c.id, c.payload, c.attempt + 1 AS attempt, c.priority, c.key, c.run_at FROM queue.live_tasks c WHERE c.stage = take_locked.stage AND c.status IN (''ready'', ''error'') AND c.run_as IS NULL AND c.run_at <= v_now AND (v_own_xid IS NULL OR (c.xmax <> v_own_xid AND (c.xmax = ''0''::xid OR pg_catalog.mxid_age(c.xmax) <= 0 OR NOT queue._locked_here(c.xmax)))) AND (c.priority, c.run_at, c.id) >= (v_from_priority, v_from_run_at, v_from_id) ORDER BY c.priority, c.run_at, c.id LIMIT take_locked.batch FOR UPDATE SKIP LOCKED%',
+        '%SELECT c.id, c.payload, c.attempt + 1 AS attempt, c.priority, c.key, c.run_at FROM queue.live_tasks c WHERE c.stage = take_locked.stage AND c.status IN (''ready'', ''error'') AND c.run_as IS NULL AND c.run_at <= v_now AND (v_held_ids IS NULL OR c.id <> ALL (v_held_ids)) AND (c.priority, c.run_at, c.id) >= (v_from_priority, v_from_run_at, v_from_id) ORDER BY c.priority, c.run_at, c.id LIMIT take_locked.batch FOR UPDATE SKIP LOCKED%',
     'take_locked still contains the claim query copied below'
 )
   FROM pg_catalog.pg_proc p WHERE p.oid = 'queue.take_locked(text,integer)'::regprocedure;
@@ -143,14 +143,14 @@ UPDATE queue.live_tasks t
 RETURNING t.id, t.payload, t.attempt, t.lease, t.lease_expires, t.priority, t.key, t.run_at;
 
 -- take_locked's claim (CTE "claimed"): the same index walk, returning the rows it locks.
-PREPARE claim_locked(text, timestamptz, integer, integer, timestamptz, bigint, xid) AS
+PREPARE claim_locked(text, timestamptz, integer, integer, timestamptz, bigint, bigint[]) AS
 SELECT c.id, c.payload, c.attempt + 1 AS attempt, c.priority, c.key, c.run_at
   FROM queue.live_tasks c
  WHERE c.stage = $1
    AND c.status IN ('ready', 'error')
    AND c.run_as IS NULL
    AND c.run_at <= $2
-   AND ($7 IS NULL OR (c.xmax <> $7 AND (c.xmax = '0'::xid OR pg_catalog.mxid_age(c.xmax) <= 0 OR NOT queue._locked_here(c.xmax))))
+   AND ($7 IS NULL OR c.id <> ALL ($7))
    AND (c.priority, c.run_at, c.id) >= ($4, $5, $6)
  ORDER BY c.priority, c.run_at, c.id
  LIMIT $3
@@ -195,7 +195,7 @@ INSERT INTO plans VALUES ('probe generic', pg_temp.plan_of($q$EXECUTE probe('pla
 INSERT INTO plans VALUES ('claim update generic',
     pg_temp.plan_of($q$EXECUTE claim_update('plan.s1', now(), 10, interval '1 minute', 'w', -2147483648, '-infinity', 0)$q$));
 INSERT INTO plans VALUES ('claim locked generic',
-    pg_temp.plan_of($q$EXECUTE claim_locked('plan.s1', now(), 10, -2147483648, '-infinity', 0, '1234')$q$));
+    pg_temp.plan_of($q$EXECUTE claim_locked('plan.s1', now(), 10, -2147483648, '-infinity', 0, '{1}')$q$));
 RESET plan_cache_mode;
 
 SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_claim'), 'the claim query uses index live_tasks_claim')

@@ -30,6 +30,7 @@ DECLARE
     v_id       bigint;
     v_restricted boolean;
     v_notify     boolean;
+    v_held       text;
     v_now    timestamptz := pg_catalog.now();
     v_run_at timestamptz := coalesce(enqueue.run_at, pg_catalog.now());
     -- A periodic task's first slot is its first run.
@@ -132,9 +133,7 @@ BEGIN
            SET payload    = excluded.payload,
                priority   = excluded.priority,
                run_at     = excluded.run_at,
-               -- the clock, not now(): a task this same transaction holds by take_locked then
-               -- reads as changed since the take, and finish_locked leaves it ready to re-run
-               updated    = pg_catalog.clock_timestamp(),
+               updated    = v_now,
                repeat     = excluded.repeat,
                drift      = excluded.drift,
                slot       = excluded.slot,
@@ -152,12 +151,19 @@ BEGIN
                       DETAIL = 'mode ''rerun'' would replace the request of a task that runs as the role that enqueued it.',
                       HINT = 'Re-run it with queue.enqueue_sql(…, key => …, mode => ''rerun'') as that role, or use another key.';
         END IF;
+        -- Re-run by the transaction that holds it (take_locked): no longer its to finish.
+        v_held := pg_catalog.current_setting('skiplock.held', true);
+        IF pg_catalog.strpos(v_held, ',' || v_id || ':') > 0 THEN
+            PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held,
+                        queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(), v_id),
+                        ','), true);
+        END IF;
     END IF;
 
     -- Only while a worker waits (take_next found the stage empty): NOTIFY serialises commits.
     IF v_notify
        AND EXISTS (SELECT 1 FROM queue.stage_waiters w WHERE w.stage = enqueue.stage AND w.until > v_now) THEN
-        PERFORM pg_catalog.pg_notify('skiplock.' || enqueue.stage, '');
+        PERFORM queue._wake_waiters(enqueue.stage);  -- one NOTIFY per wait: it ends the mark
     END IF;
     RETURN v_id;
 END

@@ -2,14 +2,13 @@
 -- task leaves queue.live_tasks and is written to queue.history as done, with the attempt it ran as,
 -- started at the transaction's start and finished at clock time; a periodic task is recorded and
 -- re-armed, as finish() does. worker, if given, is recorded in queue.history.
--- The row lock is the claim, as the lease is to finish(): only a task whose row lock belongs to
--- this transaction ends (it survives a rolled-back savepoint that wrote the row). Returns false,
+-- The claim, as the lease is to finish(), is the row lock plus take_locked's signed entry in the
+-- setting skiplock.held, which this call strikes out (a rolled-back savepoint undoes both). False,
 -- changing nothing, for any other task: never taken, another transaction's, already ended, or
 -- re-run by this same transaction (left ready for its new payload).
 -- Commit the worker's own writes in the same transaction: they and the finish are one.
--- Raises 22004 for a NULL id, 22023 for a long worker name, 55000 for a task taken inside a
--- savepoint. Locks the task's row (already locked by take_locked); writes queue.live_tasks and
--- queue.history.
+-- Raises 22004 for a NULL id, 22023 for a long worker name. Locks the task's row (already locked
+-- by take_locked); writes queue.live_tasks and queue.history.
 -- stage, when given, is the task's stage (routes the call on Citus); any other: false.
 CREATE OR REPLACE FUNCTION queue.finish_locked(id bigint, worker text DEFAULT NULL, stage text DEFAULT NULL)
     RETURNS boolean
@@ -21,8 +20,8 @@ AS $$
 DECLARE
     v_now   timestamptz := pg_catalog.clock_timestamp();
     v_count integer;
-    v_xid   xid := pg_catalog.xid(pg_catalog.pg_current_xact_id());
-    v_held  boolean := false;
+    v_held  text := pg_catalog.current_setting('skiplock.held', true);
+    v_entry text;
 BEGIN
     IF finish_locked.id IS NULL THEN
         RAISE EXCEPTION 'id must not be NULL'
@@ -36,66 +35,64 @@ BEGIN
                   HINT = 'Name workers in at most 200 characters, e.g. host:pid.';
     END IF;
 
-    -- A row locked by this transaction carries its id as xmax (a lock, not a delete); after a
-    -- rolled-back savepoint that wrote the row, a multixact holding the lock (_held_lock, the
-    -- second pass). A version this transaction or one of its savepoints wrote after the take
-    -- (fail_locked, a re-arm, a re-run) inherits the lock, but the task has ended: it is stamped
-    -- with the clock, after the transaction began, and its writer is still in progress. A task
-    -- enqueued by this same transaction is stamped now() and has not ended.
-    <<pass>>
-    LOOP
-        WITH done AS (
-            DELETE FROM queue.live_tasks t
-             WHERE t.id = finish_locked.id
-               AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
-               AND (t.xmax = v_xid OR v_held)
-               AND (t.updated <= pg_catalog.now() OR NOT queue._written_here(t.xmin))
-               AND t.status IN ('ready', 'error') AND t.repeat IS NULL
-            RETURNING t.*
-        )
-        INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                                   error_text, created, started, finished, group_key, run_as)
-        SELECT d.id, d.stage, 'done', d.priority, d.run_at, d.payload, d.key, d.attempt + 1,
-               finish_locked.worker, d.error_text, d.created, pg_catalog.now(), v_now, d.group_key, d.run_as
-          FROM done d;
-        GET DIAGNOSTICS v_count = ROW_COUNT;
-        IF v_count = 1 THEN
-            RETURN true;
-        END IF;
+    -- Held by this transaction: take_locked recorded it, signed, and nothing here ended it since.
+    v_entry := queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(),
+                                 finish_locked.id);
+    IF NOT coalesce(pg_catalog.strpos(v_held, v_entry) > 0, false) THEN
+        RETURN false;
+    END IF;
 
-        -- A periodic task: record this run, re-arm the same row for the next one.
-        WITH cur AS (
-            SELECT t.*, queue._next_slot(t.slot, t.repeat, t.drift, v_now) AS next_slot
-              FROM queue.live_tasks t
-             WHERE t.id = finish_locked.id
-               AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
-               AND (t.xmax = v_xid OR v_held)
-               AND (t.updated <= pg_catalog.now() OR NOT queue._written_here(t.xmin))
-               AND t.status IN ('ready', 'error') AND t.repeat IS NOT NULL
-        ), rearmed AS (
-            UPDATE queue.live_tasks t
-               SET status = 'ready', attempt = 0, run_at = c.next_slot, slot = c.next_slot,
-                   lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
-                   error_text = NULL, updated = v_now
-              FROM cur c
-             WHERE t.id = c.id AND t.stage = c.stage
-        )
-        INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                                   error_text, created, started, finished, group_key, run_as)
-        SELECT c.id, c.stage, 'done', c.priority, c.run_at, c.payload, c.key, c.attempt + 1,
-               finish_locked.worker, c.error_text, c.created, pg_catalog.now(), v_now, c.group_key, c.run_as
-          FROM cur c;
-        GET DIAGNOSTICS v_count = ROW_COUNT;
-        IF v_count = 1 THEN
-            RETURN true;
-        END IF;
-        EXIT pass WHEN v_held;
-        v_held := queue._held_lock(finish_locked.id, 'finish', finish_locked.stage);
-        EXIT pass WHEN NOT v_held;
-    END LOOP;
+    -- A deleted task needs no strike-out: a later end finds no row.
+    WITH done AS (
+        DELETE FROM queue.live_tasks t
+         WHERE t.id = finish_locked.id AND t.status IN ('ready', 'error') AND t.repeat IS NULL
+           AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
+        RETURNING t.*
+    )
+    INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
+                               error_text, created, started, finished, group_key, run_as)
+    SELECT d.id, d.stage, 'done', d.priority, d.run_at, d.payload, d.key, d.attempt + 1,
+           finish_locked.worker, d.error_text, d.created, pg_catalog.now(), v_now, d.group_key, d.run_as
+      FROM done d;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count = 1 THEN
+        RETURN true;
+    END IF;
+
+    -- A periodic task: record this run, re-arm the same row for the next one, struck out of the record.
+    -- A task of another stage than the one given is not this call's: it stays in the record.
+    IF finish_locked.stage IS NOT NULL
+       AND NOT EXISTS (SELECT FROM queue.live_tasks t WHERE t.id = finish_locked.id AND t.stage = finish_locked.stage) THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held, v_entry, ','), true);
+    WITH cur AS (
+        SELECT t.*, queue._next_slot(t.slot, t.repeat, t.drift, v_now) AS next_slot
+          FROM queue.live_tasks t
+         WHERE t.id = finish_locked.id AND t.status IN ('ready', 'error') AND t.repeat IS NOT NULL
+           AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
+    ), rearmed AS (
+        UPDATE queue.live_tasks t
+           SET status = 'ready', attempt = 0, run_at = c.next_slot, slot = c.next_slot,
+               lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
+               error_text = NULL, updated = v_now
+          FROM cur c
+         WHERE t.id = c.id AND t.stage = c.stage
+    )
+    INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
+                               error_text, created, started, finished, group_key, run_as)
+    SELECT c.id, c.stage, 'done', c.priority, c.run_at, c.payload, c.key, c.attempt + 1,
+           finish_locked.worker, c.error_text, c.created, pg_catalog.now(), v_now, c.group_key, c.run_as
+      FROM cur c;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count = 1 THEN
+        RETURN true;
+    END IF;
+    -- Held, yet no such row: ended by this transaction outside the record (cancel). Nothing to undo:
+    -- the struck record matches the task's end.
     RETURN false;
 END
 $$;
-COMMENT ON FUNCTION queue.finish_locked(bigint, text, text) IS 'Ends successfully a task this transaction took with take_locked: done, to queue.history (a periodic task is re-armed). Only a task whose row lock belongs to this transaction ends; false, changing nothing, otherwise; 55000 when taken in a savepoint.';
+COMMENT ON FUNCTION queue.finish_locked(bigint, text, text) IS 'Ends successfully a task this transaction took with take_locked: done, to queue.history (a periodic task is re-armed). Only a task this transaction took (row lock and signed entry in skiplock.held) ends; false, changing nothing, otherwise.';
 REVOKE ALL ON FUNCTION queue.finish_locked(bigint, text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.finish_locked(bigint, text, text) TO skiplock_worker, skiplock_admin;

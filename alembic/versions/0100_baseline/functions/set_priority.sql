@@ -1,7 +1,7 @@
 -- set_priority(id, priority, stage): change the priority of a live task (lower runs first); takes
 -- effect for its next take. Raises 22004 for a NULL id or priority, P0002 for an unknown id,
 -- 55000 for a finished task. Not a change of state: `updated` stays (queue.errors reads it as
--- when an error task failed), except in the one case finish_locked's fence needs (below).
+-- when an error task failed).
 -- stage, when given, is the task's stage (routes the call on Citus); any other: P0002.
 CREATE OR REPLACE FUNCTION queue.set_priority(id bigint, priority integer, stage text DEFAULT NULL)
     RETURNS void
@@ -24,15 +24,8 @@ BEGIN
                   DETAIL = pg_catalog.format('set_priority was called with id %s and priority NULL.', set_priority.id),
                   HINT = 'Lower runs first; the default is 0.';
     END IF;
-    -- finish_locked and fail_locked read a version this transaction wrote, stamped after it
-    -- began, as a task it already ended. The version written here is this transaction's, so it
-    -- keeps updated unless the version it replaces came from another transaction and is stamped
-    -- after this one began: then now(), which keeps a task this transaction holds (or takes
-    -- after this call) not ended. A version this transaction wrote keeps what it says.
     UPDATE queue.live_tasks t
-       SET priority = set_priority.priority,
-           updated = CASE WHEN t.updated > pg_catalog.now() AND NOT queue._written_here(t.xmin)
-                          THEN pg_catalog.now() ELSE t.updated END
+       SET priority = set_priority.priority
      WHERE t.id = set_priority.id AND (set_priority.stage IS NULL OR t.stage = set_priority.stage);
     IF NOT FOUND THEN
         PERFORM queue._raise_not_live(set_priority.id, 'change the priority of', set_priority.stage);

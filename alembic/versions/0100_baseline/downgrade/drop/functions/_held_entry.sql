@@ -2,7 +2,7 @@ DO $$
 DECLARE f regprocedure;
 BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
-              WHERE p.pronamespace = 'queue'::regnamespace AND p.proname = '_written_here'
+              WHERE p.pronamespace = 'queue'::regnamespace AND p.proname = '_held_entry'
     LOOP
         EXECUTE 'DROP ROUTINE ' || f;
     END LOOP;

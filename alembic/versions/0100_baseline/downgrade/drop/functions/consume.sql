@@ -2,7 +2,7 @@ DO $$
 DECLARE f regprocedure;
 BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
-              WHERE p.pronamespace = 'queue'::regnamespace AND p.proname = '_raise_savepoint_lock'
+              WHERE p.pronamespace = 'queue'::regnamespace AND p.proname = 'consume'
     LOOP
         EXECUTE 'DROP ROUTINE ' || f;
     END LOOP;

@@ -1,0 +1,64 @@
+"""What went wrong with the database, in one line: the text of a `skiplock X: …` message.
+
+Every command reports a database error through describe_error(); cli.main() catches the errors
+that reportable() accepts and lets any other exception (a bug) end with its traceback.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+NOT_INSTALLED = ("3F000", "42P01", "42883")  # invalid_schema_name, undefined_table, undefined_function
+
+
+def _migration_errors() -> tuple[type[BaseException], ...]:
+    """Alembic's CommandError and SQLAlchemy's DBAPIError. Imported here, when an error is being
+    described, because loading Alembic and SQLAlchemy costs every command (worker, enqueue, …)
+    more than psycopg itself; only `upgrade` and `downgrade` need them."""
+    try:
+        from alembic.util import CommandError
+        from sqlalchemy.exc import DBAPIError
+    except ImportError:  # pragma: no cover
+        return ()
+    return (CommandError, DBAPIError)
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    """text with its runs of whitespace (newlines too) made one space, cut to limit characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+def primary_message(e: BaseException) -> str:
+    """The server's primary message with its SQLSTATE in front, else the exception's text."""
+    if isinstance(e, psycopg.Error) and e.diag.message_primary:
+        return (f"{e.sqlstate}: " if e.sqlstate else "") + e.diag.message_primary
+    return str(e) or e.__class__.__name__
+
+
+def reportable(e: BaseException) -> bool:
+    """An error of the database or of a migration, which a command reports in one line (exit 1)."""
+    return isinstance(e, (psycopg.Error, *_migration_errors()))
+
+
+def describe_error(e: BaseException) -> str:
+    """One line saying what went wrong with the database, for a `skiplock X: …` message."""
+    command_error = _migration_errors()[:1]
+    if command_error and isinstance(e, command_error):  # e.g. Alembic's "Can't locate revision identified by 'x'"
+        return one_line(str(e))
+    seen: set[int] = set()
+    while not isinstance(e, psycopg.Error) and id(e) not in seen:  # SQLAlchemy (Alembic) wraps psycopg's errors
+        seen.add(id(e))
+        inner = getattr(e, "orig", None) or e.__cause__
+        if inner is None:
+            break
+        e = inner
+    if isinstance(e, psycopg.Error):
+        primary = e.diag.message_primary if e.sqlstate else None
+        if e.sqlstate is None:  # no server answer: a connection that failed or broke
+            return "cannot reach the database: " + one_line(str(e).removeprefix("connection failed: "))
+        if e.sqlstate in NOT_INSTALLED:
+            return (f"skiplock is not installed in this database, or is older than this command ({primary}): "
+                    "run `skiplock upgrade`")
+        return f"{one_line(primary or str(e))} (SQLSTATE {e.sqlstate})"
+    return one_line(f"{e.__class__.__name__}: {e}")

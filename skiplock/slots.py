@@ -1,0 +1,157 @@
+"""The threads of `skiplock worker` and `skiplock run-sql`, and their stop on SIGTERM or SIGINT.
+
+A slot is a thread with its own autocommit connection that LISTENs on the stage's channel
+"skiplock.<stage>": connect() waits for the database (0.1 s, doubling up to 5 s) unless the
+process is stopping, idle() sleeps until a notification or the slow poll (--poll). The slots of
+one process share a Shared: the stop flags, a lock, the counters and the console.
+
+stop_signals(): the first SIGTERM or SIGINT sets `stopping` (take or call no more) and the end
+of the grace (`deadline`); a second one sets `abort` (kill or cancel what still runs). Each
+command's main thread watches the deadline and sets `abort` itself when the grace is over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import signal
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from typing import Callable, Generic, Iterator, TypeVar
+
+import psycopg
+import psycopg.sql
+from rich.console import Console
+
+from skiplock.worker import channel
+
+CONNECT_TIMEOUT = 5    # seconds a bounded reconnect (reconnect_once) may take
+BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0   # seconds between connection attempts
+
+
+class Shared:
+    """What the slots of one process share: the stop flags, the counters, the console."""
+
+    def __init__(self, args: argparse.Namespace, url: str, command: str) -> None:
+        self.args, self.url, self.command = args, url, command
+        self.name = args.name or f"{socket.gethostname()}:{os.getpid()}"
+        self.stopping = threading.Event()   # take (or call) no more
+        self.abort = threading.Event()      # grace is over: kill (or cancel) what still runs
+        self.deadline: float | None = None  # when the grace ends, once stopping (time.monotonic())
+        self.lock = threading.Lock()
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.running = 0
+        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+    def label(self) -> str:
+        """What each log line starts with, after the time."""
+        return f"skiplock {self.command} {self.args.stage}"
+
+    def log(self, message: str) -> None:
+        self.console.print(f"{time.strftime('%H:%M:%S')} {self.label()}: {message}", markup=False)
+
+    def count(self, what: str) -> None:
+        with self.lock:
+            self.counts[what] += 1
+
+
+S = TypeVar("S", bound=Shared)
+
+
+class Slot(threading.Thread, Generic[S]):
+    """A thread with its own connection, LISTENing on the stage's channel; run() is the command's."""
+
+    def __init__(self, shared: S, index: int, thread_name: str) -> None:
+        super().__init__(name=thread_name, daemon=True)
+        self.shared = shared
+        self.index = index
+        self.worker_name = f"{shared.name}:{index}" if shared.args.concurrency > 1 else shared.name
+        self.conn: psycopg.Connection | None = None
+        self.error: BaseException | None = None
+
+    @property
+    def db(self) -> psycopg.Connection:
+        """The connection, which run() opens first."""
+        assert self.conn is not None, "the slot has no connection yet"
+        return self.conn
+
+    def listen_statement(self) -> psycopg.sql.Composed:
+        return psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel(self.shared.args.stage)))
+
+    def connect(self) -> psycopg.Connection:
+        """A new connection that LISTENs; waits for the database unless we are stopping."""
+        delay = BACKOFF_FIRST
+        while True:
+            try:
+                conn = psycopg.connect(self.shared.url, autocommit=True)
+                conn.execute(self.listen_statement())
+                return conn
+            except psycopg.OperationalError as e:
+                if self.shared.stopping.is_set():
+                    raise
+                self.shared.log(f"cannot connect ({e.__class__.__name__}); retrying in {delay:.1f} s")
+                time.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
+
+    def drop_connection(self) -> None:
+        self.shared.count("reconnects")
+        try:
+            if self.conn is not None:
+                self.conn.close()
+        except Exception:
+            pass
+
+    def reconnect(self) -> None:
+        self.drop_connection()
+        self.conn = self.connect()
+
+    def reconnect_once(self) -> bool:
+        """One try at a new connection, bounded, for the heartbeat: a command is running and must
+        stay supervised (killed at the end of the grace, or when its lease is lost)."""
+        self.drop_connection()
+        try:
+            self.conn = psycopg.connect(self.shared.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+            self.conn.execute(self.listen_statement())
+            return True
+        except psycopg.OperationalError:
+            return False
+
+    def idle(self) -> None:
+        """Sleep until an enqueue notifies the stage or the slow poll comes round (or we stop)."""
+        deadline = time.monotonic() + self.shared.args.poll
+        try:
+            while not self.shared.stopping.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                for _ in self.db.notifies(timeout=min(left, 0.25), stop_after=1):
+                    return
+        except psycopg.OperationalError:
+            self.reconnect()
+
+
+@contextmanager
+def stop_signals(shared: Shared, grace: float, stopping: Callable[[str], str], abort: str) -> Iterator[None]:
+    """SIGTERM and SIGINT stop in two steps while the block runs (the previous handlers come back
+    after it). The first sets shared.stopping and shared.deadline, then logs stopping(signal name);
+    a second logs "<signal> again: <abort>" and sets shared.abort."""
+
+    def on_signal(signum: int, frame: object) -> None:
+        name = signal.Signals(signum).name
+        if not shared.stopping.is_set():
+            shared.stopping.set()
+            shared.deadline = time.monotonic() + grace
+            shared.log(stopping(name))
+        elif not shared.abort.is_set():
+            shared.log(f"{name} again: {abort}")
+            shared.abort.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)

@@ -1,0 +1,100 @@
+"""The package's shape: the modules of skiplock/ import each other without a circle, at the top.
+
+No database: the imports are read from the source with ast.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from skiplock.sqlfiles import ROOT
+
+PACKAGE = ROOT / "skiplock"
+
+
+def modules() -> dict[str, Path]:
+    return {path.stem: path for path in sorted(PACKAGE.glob("*.py"))}
+
+
+def skiplock_imports(node: ast.AST, known: set[str]) -> set[str]:
+    """The skiplock modules that the import statements under node name."""
+    found: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Import):
+            for alias in n.names:
+                parts = alias.name.split(".")
+                if parts[0] == "skiplock" and len(parts) > 1:
+                    found.add(parts[1])
+        elif isinstance(n, ast.ImportFrom) and n.level == 0 and n.module:
+            parts = n.module.split(".")
+            if parts[0] != "skiplock":
+                continue
+            if len(parts) > 1:
+                found.add(parts[1])
+            else:  # from skiplock import x: a module when skiplock/x.py exists
+                found.update(alias.name for alias in n.names if alias.name in known)
+        elif isinstance(n, ast.ImportFrom) and n.level > 0:
+            raise AssertionError(f"relative import at line {n.lineno}: write `from skiplock…`")
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = set(modules())
+    return {name: skiplock_imports(ast.parse(path.read_text()), known) - {name}
+            for name, path in modules().items()}
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One circle of imports, as a path that ends where it starts, or None."""
+    state: dict[str, str] = {}   # "open" while on the current path, "done" once explored
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)) is not None:
+                return found
+        path.pop()
+        state[node] = "done"
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)) is not None:
+            return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_circle_and_passes_a_dag() -> None:
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_skiplock_modules_import_each_other_without_a_circle() -> None:
+    graph = import_graph()
+    assert {"cli", "errors", "slots", "cmd_worker", "cmd_run_sql"} <= set(graph)
+    assert cycle(graph) is None, " -> ".join(cycle(graph) or [])
+
+
+def test_skiplock_modules_are_imported_at_the_top_of_a_module() -> None:
+    """An import of a skiplock module inside a function is how a circle hides: none is allowed."""
+    known = set(modules())
+    hidden = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                for inner in skiplock_imports(node, known):
+                    hidden.append(f"{name}.{node.name} imports skiplock.{inner}")
+    assert hidden == []
+
+
+def test_the_commands_report_errors_through_skiplock_errors() -> None:
+    graph = import_graph()
+    assert "cli" not in set().union(*(deps for name, deps in graph.items() if name != "__main__"))
+    for command in ("cmd_enqueue", "cmd_maintain", "cmd_run_sql", "cmd_worker"):
+        assert "errors" in graph[command], command
+    assert {"slots"} <= graph["cmd_worker"] and {"slots"} <= graph["cmd_run_sql"]
+    assert "cmd_worker" not in graph["cmd_run_sql"]

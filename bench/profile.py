@@ -56,7 +56,7 @@ def take_locked(conn: psycopg.Connection, n: int, stage: str) -> None:
     conn.autocommit = False
     for _ in range(n):
         (task,) = conn.execute("SELECT t.id FROM queue.take_locked(%s) AS t", (stage,), prepare=True).fetchone()
-        conn.execute("SELECT queue.finish_locked(%s)", (task,), prepare=True)
+        conn.execute("SELECT queue.finish_locked(%s, stage => %s)", (task, stage), prepare=True)
         conn.commit()
 
 
@@ -73,7 +73,7 @@ def take_next_finish(conn: psycopg.Connection, n: int, stage: str) -> None:
     for _ in range(n):
         task, lease = conn.execute("SELECT t.id, t.lease FROM queue.take_next(%s) AS t", (stage,),
                                    prepare=True).fetchone()
-        conn.execute("SELECT queue.finish(%s, %s)", (task, lease), prepare=True)
+        conn.execute("SELECT queue.finish(%s, %s, stage => %s)", (task, lease, stage), prepare=True)
 
 
 # name, the loop, whether it needs ready tasks

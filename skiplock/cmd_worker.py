@@ -261,8 +261,8 @@ class Slot(slots.Slot[Shared]):
                 continue
             if now >= next_beat:
                 try:
-                    self.db.execute("SELECT queue.heartbeat(%s, %s, lease_for => %s::float8 * interval '1 second')",
-                                      (task.id, task.lease, a.lease))
+                    self.db.execute("SELECT queue.heartbeat(%s, %s, lease_for => %s::float8 * interval '1 second', "
+                                    "stage => %s)", (task.id, task.lease, a.lease, a.stage))
                     next_beat = now + every
                 except psycopg.OperationalError:
                     # One bounded try, never the waiting reconnect loop: the command stays
@@ -282,17 +282,17 @@ class Slot(slots.Slot[Shared]):
         sh, a = self.shared, self.shared.args
         params: tuple[Any, ...]
         if how == "finish":
-            sql, params = "SELECT queue.finish(%s, %s)", (task.id, task.lease)
+            sql, params = "SELECT queue.finish(%s, %s, stage => %s)", (task.id, task.lease, a.stage)
         elif how == "shutdown":
             # Not the task's fault: hand it back without using up an attempt.
-            sql, params = "SELECT queue.release(%s, %s)", (task.id, task.lease)
+            sql, params = "SELECT queue.release(%s, %s, stage => %s)", (task.id, task.lease, a.stage)
         elif how == "snooze":
-            sql = "SELECT queue.release(%s, %s, retry_in => %s::float8 * interval '1 second')"
-            params = (task.id, task.lease, a.snooze)
+            sql = "SELECT queue.release(%s, %s, retry_in => %s::float8 * interval '1 second', stage => %s)"
+            params = (task.id, task.lease, a.snooze, a.stage)
         else:
             sql = ("SELECT queue.fail(%s, %s, %s, fatal => %s, "
-                   "retry_in => %s::float8 * interval '1 second')")
-            params = (task.id, task.lease, error, how == "fatal", None)
+                   "retry_in => %s::float8 * interval '1 second', stage => %s)")
+            params = (task.id, task.lease, error, how == "fatal", None, a.stage)
         try:
             for attempt in (1, 2):
                 try:
@@ -309,7 +309,7 @@ class Slot(slots.Slot[Shared]):
                         raise
                     why = f"SQLSTATE {e.sqlstate}" if e.sqlstate else type(e).__name__
                     error = f"{(error or '').partition(';')[0]} (stderr not storable: {why})"
-                    params = (task.id, task.lease, error, how == "fatal", None)
+                    params = (task.id, task.lease, error, how == "fatal", None, a.stage)
         except psycopg.OperationalError as e:
             what = {"finish": "finished", "shutdown": "released", "snooze": "handed back",
                     "fail": "failed", "fatal": "failed"}[how]

@@ -137,13 +137,14 @@ class Worker:
                 # than ending the loop with the rest of the batch still leased.
                 f = e if isinstance(e, Fail) else Fail(f"{type(e).__name__}: {e}")
                 ok = one(conn.execute(
-                    "SELECT queue.fail(%s, %s, %s, fatal => %s, retry_in => %s::float8 * interval '1 second')",
-                    (task.id, task.lease, storable(str(f)), f.fatal, f.retry_in)))[0]
+                    "SELECT queue.fail(%s, %s, %s, fatal => %s, retry_in => %s::float8 * interval '1 second', "
+                    "stage => %s)",
+                    (task.id, task.lease, storable(str(f)), f.fatal, f.retry_in, task.stage)))[0]
                 self.counters.failed += ok
                 self.counters.lost += not ok
                 continue
-            ok = one(conn.execute("SELECT queue.finish(%s, %s, next_stage => %s)",
-                                  (task.id, task.lease, outcome.next_stage)))[0]
+            ok = one(conn.execute("SELECT queue.finish(%s, %s, next_stage => %s, stage => %s)",
+                                  (task.id, task.lease, outcome.next_stage, task.stage)))[0]
             if ok:
                 self.counters.finished += 1
                 self.counters.finished_ids.append(task.id)

@@ -6,7 +6,7 @@ SELECT coalesce(t.id, 0) AS id,
   FROM (VALUES (1)) AS one LEFT JOIN queue.take_next(:stage) AS t ON true
 \gset
 \if :id > 0
-SELECT queue.finish(:id, :lease);
+SELECT queue.finish(:id, :lease, stage => :stage);
 \else
 \sleep 10 ms
 \endif

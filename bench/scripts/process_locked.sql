@@ -13,7 +13,7 @@ ROLLBACK;
 \sleep 10 ms
 \else
 \startpipeline
-SELECT queue.finish_locked(:id);
+SELECT queue.finish_locked(:id, stage => :stage);
 COMMIT;
 \endpipeline
 \endif

@@ -116,20 +116,22 @@ SQL
 }
 
 finish() {  # id lease; prints t, or f when the lease was no longer ours
-    sql -v id="$1" -v lease="$2" <<'SQL'
-SELECT queue.finish(id => :'id'::bigint, lease => :'lease'::uuid)
+    sql -v id="$1" -v lease="$2" -v stage="$STAGE" <<'SQL'
+SELECT queue.finish(id => :'id'::bigint, lease => :'lease'::uuid, stage => :'stage')
 SQL
 }
 
 release() {  # id lease seconds; prints t, or f when the lease was no longer ours
-    sql -v id="$1" -v lease="$2" -v retry_in="$3 seconds" <<'SQL'
-SELECT queue.release(id => :'id'::bigint, lease => :'lease'::uuid, retry_in => :'retry_in'::interval)
+    sql -v id="$1" -v lease="$2" -v retry_in="$3 seconds" -v stage="$STAGE" <<'SQL'
+SELECT queue.release(id => :'id'::bigint, lease => :'lease'::uuid, retry_in => :'retry_in'::interval,
+                     stage => :'stage')
 SQL
 }
 
 fail() {  # id lease error fatal; prints t, or f when the lease was no longer ours
-    sql -v id="$1" -v lease="$2" -v error="$3" -v fatal="$4" <<'SQL'
-SELECT queue.fail(id => :'id'::bigint, lease => :'lease'::uuid, error => :'error', fatal => :'fatal'::boolean)
+    sql -v id="$1" -v lease="$2" -v error="$3" -v fatal="$4" -v stage="$STAGE" <<'SQL'
+SELECT queue.fail(id => :'id'::bigint, lease => :'lease'::uuid, error => :'error', fatal => :'fatal'::boolean,
+                  stage => :'stage')
 SQL
 }
 
@@ -142,11 +144,11 @@ heartbeat_batch() {  # the batch's lines; renews, in one psql session, each task
         n=$((n + 1))
         args+=(-v "id$n=$id" -v "lease$n=$lease")
         script+="SELECT queue.heartbeat(id => :'id$n'::bigint, lease => :'lease$n'::uuid,"
-        script+=" lease_for => :'lease_for'::interval) AS expires \\gset"$'\n'
+        script+=" lease_for => :'lease_for'::interval, stage => :'stage') AS expires \\gset"$'\n'
         script+="\\echo :id$n :SQLSTATE"$'\n'
     done <<< "$1"
     (( n > 0 )) || return 0
-    "${ALONE[@]}" "$PSQL" -X -q -At -v VERBOSITY=sqlstate -v lease_for="$LEASE seconds" -d "$DATABASE_URL" "${args[@]}" \
+    "${ALONE[@]}" "$PSQL" -X -q -At -v VERBOSITY=sqlstate -v lease_for="$LEASE seconds" -v stage="$STAGE" -d "$DATABASE_URL" "${args[@]}" \
          <<< "$script" 2> "$WORKDIR/heartbeat.err" |
     while read -r id state; do
         case $state in

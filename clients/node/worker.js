@@ -212,8 +212,8 @@ class Worker {
     try {
       for (const [id, lease] of this.held) {
         try {
-          await this.query("SELECT queue.heartbeat(id => $1, lease => $2, lease_for => $3 * interval '1 second')",
-                           [id, lease, this.lease]);
+          await this.query("SELECT queue.heartbeat(id => $1, lease => $2, lease_for => $3 * interval '1 second',"
+                           + ' stage => $4)', [id, lease, this.lease, this.stage]);
         } catch (err) {
           if (err.code !== 'SK001') { console.error(`heartbeat on ${id}: ${err.message}`); continue; }
           this.held.delete(id);   // someone else owns the task now: drop our result
@@ -228,15 +228,15 @@ class Worker {
   // queue.fail; an error text refused all the same is replaced by a plain one, once, so that the
   // worker goes on and the task is not left running until its lease runs out.
   async fail(task, error, fatal) {
-    const sql = 'SELECT queue.fail(id => $1, lease => $2, error => $3, fatal => $4) AS ok';
+    const sql = 'SELECT queue.fail(id => $1, lease => $2, error => $3, fatal => $4, stage => $5) AS ok';
     try {
       // A text value holds no NUL (the server answers 22021): a handler's error may quote binary output.
-      return (await this.query(sql, [task.id, task.lease, String(error).replace(/\0/g, '\\0'), fatal])).rows[0];
+      return (await this.query(sql, [task.id, task.lease, String(error).replace(/\0/g, '\\0'), fatal, this.stage])).rows[0];
     } catch (err) {
       if (!(err instanceof DatabaseError)) throw err;  // a lost connection was retried by query()
       console.error(`fail on ${task.id}: the error text was refused (${err.code}: ${err.message}); recording a plain one`);
       return (await this.query(sql, [task.id, task.lease, `handler failed; its error text was refused (SQLSTATE ${err.code})`,
-                                     fatal])).rows[0];
+                                     fatal, this.stage])).rows[0];
     }
   }
 
@@ -268,11 +268,12 @@ class Worker {
       // A lost connection: query() reconnects and calls again with the same lease.
       let r;
       if (snooze !== null) {
-        [r] = (await this.query("SELECT queue.release(id => $1, lease => $2, retry_in => $3 * interval '1 second') AS ok",
-                                [task.id, task.lease, snooze])).rows;
+        [r] = (await this.query("SELECT queue.release(id => $1, lease => $2, retry_in => $3 * interval '1 second',"
+                                + ' stage => $4) AS ok', [task.id, task.lease, snooze, this.stage])).rows;
         console.error(`snoozed ${task.id} for ${snooze.toFixed(3)} s`);
       } else if (error === null) {
-        [r] = (await this.query('SELECT queue.finish(id => $1, lease => $2) AS ok', [task.id, task.lease])).rows;
+        [r] = (await this.query('SELECT queue.finish(id => $1, lease => $2, stage => $3) AS ok',
+                                [task.id, task.lease, this.stage])).rows;
       } else {
         r = await this.fail(task, error, fatal);
       }

@@ -195,7 +195,7 @@ class Heartbeat(threading.Thread):
                 for task_id, lease in held:
                     try:
                         db.query("SELECT queue.heartbeat(id => %s, lease => %s,"
-                                 " lease_for => %s * interval '1 second')", (task_id, lease, LEASE))
+                                 " lease_for => %s * interval '1 second', stage => %s)", (task_id, lease, LEASE, STAGE))
                     except Unreachable:
                         return
                     except psycopg.Error as e:
@@ -235,13 +235,13 @@ def storable(text: str) -> str:
 def fail(db: Db, task_id: int, lease: str, error: str, fatal: bool) -> bool:
     """queue.fail; an error text refused all the same is replaced by a plain one, once, so that
     the worker goes on and the task is not left running until its lease runs out."""
-    query = "SELECT queue.fail(id => %s, lease => %s, error => %s, fatal => %s)"
+    query = "SELECT queue.fail(id => %s, lease => %s, error => %s, fatal => %s, stage => %s)"
     try:
-        return db.query(query, (task_id, lease, storable(error), fatal))[0][0]
+        return db.query(query, (task_id, lease, storable(error), fatal, STAGE))[0][0]
     except (psycopg.Error, UnicodeError) as e:  # not a lost connection: Db.query retries those
         log(f"fail on {task_id}: the error text was refused ({type(e).__name__}: {e}); recording a plain one")
         return db.query(query, (task_id, lease, f"handler failed; its error text was refused ({type(e).__name__})",
-                                fatal))[0][0]
+                                fatal, STAGE))[0][0]
 
 
 def run_batch(db: Db, heartbeat: Heartbeat) -> int:
@@ -268,11 +268,11 @@ def run_batch(db: Db, heartbeat: Heartbeat) -> int:
                 continue
         # A lost connection: Db.query reconnects and calls again with the same lease.
         if snooze is not None:
-            ok = db.query("SELECT queue.release(id => %s, lease => %s, retry_in => %s * interval '1 second')",
-                          (task_id, lease, snooze))[0][0]
+            ok = db.query("SELECT queue.release(id => %s, lease => %s, retry_in => %s * interval '1 second',"
+                          " stage => %s)", (task_id, lease, snooze, STAGE))[0][0]
             log(f"snoozed {task_id} for {snooze:.3f} s")
         elif error is None:
-            ok = db.query("SELECT queue.finish(id => %s, lease => %s)", (task_id, lease))[0][0]
+            ok = db.query("SELECT queue.finish(id => %s, lease => %s, stage => %s)", (task_id, lease, STAGE))[0][0]
         else:
             ok = fail(db, task_id, lease, error, fatal)
         if not ok:  # false: the lease was no longer ours (reaped and retaken)

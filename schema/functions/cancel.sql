@@ -1,10 +1,11 @@
--- cancel(id): an admin gives up on a live task (ready, error or running): it moves to queue.history
+-- cancel(id, stage): an admin gives up on a live task (ready, error or running): it moves to queue.history
 -- as 'cancelled'. A worker still running it finds its lease gone (finish and fail return false,
 -- heartbeat raises SK001). For a periodic task this ends its schedule; its history keeps the runs.
 -- A task cancelled while it waits is recorded without a start, so its wait is not counted as run
 -- time. Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a finished task.
 -- Locks the task's row; writes queue.live_tasks and queue.history.
-CREATE OR REPLACE FUNCTION queue.cancel(id bigint)
+-- stage, when given, is the task's stage (routes the call on Citus); any other: P0002.
+CREATE OR REPLACE FUNCTION queue.cancel(id bigint, stage text DEFAULT NULL)
     RETURNS void
     LANGUAGE plpgsql
     VOLATILE
@@ -20,9 +21,11 @@ BEGIN
             USING ERRCODE = '22004', DETAIL = 'cancel was called with id NULL.',
                   HINT = 'Pass the id of a task, e.g. from queue.tasks.';
     END IF;
-    DELETE FROM queue.live_tasks t WHERE t.id = cancel.id RETURNING t.* INTO v_task;
+    DELETE FROM queue.live_tasks t
+     WHERE t.id = cancel.id AND (cancel.stage IS NULL OR t.stage = cancel.stage)
+    RETURNING t.* INTO v_task;
     IF NOT FOUND THEN
-        PERFORM queue._raise_not_live(cancel.id, 'cancel');
+        PERFORM queue._raise_not_live(cancel.id, 'cancel', cancel.stage);
     END IF;
     -- A statement of its own: its snapshot sees a run that ended while the DELETE waited for the
     -- row (finish_locked stamps the clock, later than this now()), and the cancel, the task's
@@ -33,10 +36,11 @@ BEGIN
             -- a task cancelled while it waits has no run to time (queue.hourly: finished - started)
             v_task.attempt, v_task.worker, v_task.error_text, v_task.created,
             CASE WHEN v_task.status = 'running' THEN v_task.started END,
-            GREATEST(v_now, (SELECT pg_catalog.max(h.finished) FROM queue.history h WHERE h.id = v_task.id)),
+            GREATEST(v_now, (SELECT pg_catalog.max(h.finished) FROM queue.history h
+                     WHERE h.id = v_task.id AND h.stage = v_task.stage)),
             v_task.group_key, v_task.run_as);
 END
 $$;
-COMMENT ON FUNCTION queue.cancel(bigint) IS 'Cancels a live task (ready, error or running): moves it to queue.history as cancelled (a periodic task: its schedule ends); a worker running it loses its lease. Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a finished one.';
-REVOKE ALL ON FUNCTION queue.cancel(bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.cancel(bigint) TO skiplock_admin;
+COMMENT ON FUNCTION queue.cancel(bigint, text) IS 'Cancels a live task (ready, error or running): moves it to queue.history as cancelled (a periodic task: its schedule ends); a worker running it loses its lease. Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a finished one.';
+REVOKE ALL ON FUNCTION queue.cancel(bigint, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.cancel(bigint, text) TO skiplock_admin;

@@ -1,4 +1,4 @@
--- fail(id, lease, error, fatal, retry_in): end the attempt that holds `lease` with an error.
+-- fail(id, lease, error, fatal, retry_in, stage): end the attempt that holds `lease` with an error.
 -- The task waits as 'error' and is retried after retry_in, or after the stage's backoff. With
 -- fatal => true, or at the stage's max_attempts-th attempt, it is 'fatal': moved to queue.history,
 -- never retried; a periodic task is then recorded as fatal and re-armed for its next slot (cancel()
@@ -8,12 +8,14 @@
 -- Returns true when this call ended the attempt; false, changing nothing, when lease is not current.
 -- Raises 22004 for a NULL id or lease, 22023 for a negative retry_in.
 -- Locks the task's row; writes queue.live_tasks, and queue.history when fatal.
+-- stage, when given, is the task's stage (routes the call on Citus); any other: false.
 CREATE OR REPLACE FUNCTION queue.fail(
         id       bigint,
         lease    uuid,
         error    text,
         fatal    boolean  DEFAULT false,
-        retry_in interval DEFAULT NULL)
+        retry_in interval DEFAULT NULL,
+        stage    text     DEFAULT NULL)
     RETURNS boolean
     LANGUAGE plpgsql
     VOLATILE
@@ -49,6 +51,7 @@ BEGIN
     SELECT t.* INTO v_task
       FROM queue.live_tasks t
      WHERE t.id = fail.id AND t.lease = fail.lease
+       AND (fail.stage IS NULL OR t.stage = fail.stage)
        FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
@@ -58,7 +61,7 @@ BEGIN
         UPDATE queue.live_tasks t
            SET status = 'ready', rerun = false, attempt = 0, lease = NULL, lease_expires = NULL,
                started = NULL, error_text = NULL, updated = v_now
-         WHERE t.id = v_task.id;
+         WHERE t.id = v_task.id AND t.stage = v_task.stage;
         IF v_task.run_at <= v_now THEN  -- a re-run may have asked for a later run_at
             PERFORM queue._wake_waiters(v_task.stage);
         END IF;
@@ -68,14 +71,14 @@ BEGIN
     v_settings := queue._settings(v_task.stage);
     IF fail.fatal OR v_task.attempt >= v_settings.max_attempts THEN
         IF v_task.repeat IS NULL THEN
-            DELETE FROM queue.live_tasks t WHERE t.id = v_task.id;
+            DELETE FROM queue.live_tasks t WHERE t.id = v_task.id AND t.stage = v_task.stage;
         ELSE
             v_next := queue._next_slot(v_task.slot, v_task.repeat, v_task.drift, v_now);
             UPDATE queue.live_tasks t
                SET status = 'ready', attempt = 0, run_at = v_next, slot = v_next,
                    lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
                    error_text = NULL, updated = v_now
-             WHERE t.id = v_task.id;
+             WHERE t.id = v_task.id AND t.stage = v_task.stage;
         END IF;
         INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
                                    error_text, created, started, finished, group_key, run_as)
@@ -87,7 +90,7 @@ BEGIN
         UPDATE queue.live_tasks t
            SET status = 'error', run_at = v_next,
                lease = NULL, lease_expires = NULL, error_text = v_error, updated = v_now
-         WHERE t.id = v_task.id;
+         WHERE t.id = v_task.id AND t.stage = v_task.stage;
         IF v_next <= v_now THEN
             PERFORM queue._wake_waiters(v_task.stage);
         END IF;
@@ -95,6 +98,6 @@ BEGIN
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval) IS 'Ends a running attempt with an error if lease is current: retried after retry_in or the stage''s backoff, or fatal (to queue.history) when fatal => true or attempts are used up; a periodic task is re-armed. False when lease is not current.';
-REVOKE ALL ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval) TO skiplock_worker, skiplock_admin;
+COMMENT ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval, text) IS 'Ends a running attempt with an error if lease is current: retried after retry_in or the stage''s backoff, or fatal (to queue.history) when fatal => true or attempts are used up; a periodic task is re-armed. False when lease is not current.';
+REVOKE ALL ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.fail(bigint, uuid, text, boolean, interval, text) TO skiplock_worker, skiplock_admin;

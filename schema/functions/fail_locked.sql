@@ -1,4 +1,4 @@
--- fail_locked(id, error, fatal, retry_in, worker): end with an error a task this transaction took
+-- fail_locked(id, error, fatal, retry_in, worker, stage): end with an error a task this transaction took
 -- with take_locked. As fail(): the task waits as 'error', its attempt counted, and is retried after
 -- retry_in or the stage's backoff; with fatal => true, or at max_attempts, it is 'fatal', moved to
 -- queue.history (a periodic task is recorded and re-armed). Roll back the worker's own writes first,
@@ -8,12 +8,14 @@
 -- Returns true when this call ended the attempt; false, changing nothing, for any other task.
 -- Raises 22004 for a NULL id, 22023 for a negative retry_in or a long worker name. Locks the task's
 -- row (already locked by take_locked); writes queue.live_tasks, and queue.history when fatal.
+-- stage, when given, is the task's stage (routes the call on Citus); any other: false.
 CREATE OR REPLACE FUNCTION queue.fail_locked(
         id       bigint,
         error    text,
         fatal    boolean  DEFAULT false,
         retry_in interval DEFAULT NULL,
-        worker   text     DEFAULT NULL)
+        worker   text     DEFAULT NULL,
+        stage    text     DEFAULT NULL)
     RETURNS boolean
     LANGUAGE plpgsql
     VOLATILE
@@ -59,26 +61,27 @@ BEGIN
     IF NOT coalesce(pg_catalog.strpos(v_held, v_entry) > 0, false) THEN
         RETURN false;
     END IF;
-    PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held, v_entry, ','), true);
     SELECT t.* INTO v_task
       FROM queue.live_tasks t
-     WHERE t.id = fail_locked.id AND t.status IN ('ready', 'error');
+     WHERE t.id = fail_locked.id AND t.status IN ('ready', 'error')
+       AND (fail_locked.stage IS NULL OR t.stage = fail_locked.stage);
     IF NOT FOUND THEN
-        RETURN false;  -- ended by this transaction outside the record (cancel)
+        RETURN false;  -- ended by this transaction outside the record (cancel), or of another stage
     END IF;
+    PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held, v_entry, ','), true);
     v_attempt := v_task.attempt + 1;
 
     v_settings := queue._settings(v_task.stage);
     IF fail_locked.fatal OR v_attempt >= v_settings.max_attempts THEN
         IF v_task.repeat IS NULL THEN
-            DELETE FROM queue.live_tasks t WHERE t.id = v_task.id;
+            DELETE FROM queue.live_tasks t WHERE t.id = v_task.id AND t.stage = v_task.stage;
         ELSE
             v_next := queue._next_slot(v_task.slot, v_task.repeat, v_task.drift, v_now);
             UPDATE queue.live_tasks t
                SET status = 'ready', attempt = 0, run_at = v_next, slot = v_next,
                    lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
                    error_text = NULL, updated = v_now
-             WHERE t.id = v_task.id;
+             WHERE t.id = v_task.id AND t.stage = v_task.stage;
         END IF;
         INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
                                    error_text, created, started, finished, group_key, run_as)
@@ -90,7 +93,7 @@ BEGIN
         UPDATE queue.live_tasks t
            SET status = 'error', attempt = v_attempt, run_at = v_next,
                error_text = v_error, updated = v_now
-         WHERE t.id = v_task.id;
+         WHERE t.id = v_task.id AND t.stage = v_task.stage;
         IF v_next <= v_now THEN
             PERFORM queue._wake_waiters(v_task.stage);
         END IF;
@@ -98,6 +101,6 @@ BEGIN
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text) IS 'Ends with an error a task this transaction took with take_locked, as fail() does (retry or fatal). Only a task this transaction took (row lock and signed entry in skiplock.held) ends; false, changing nothing, for any other.';
-REVOKE ALL ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text) TO skiplock_worker, skiplock_admin;
+COMMENT ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text, text) IS 'Ends with an error a task this transaction took with take_locked, as fail() does (retry or fatal). Only a task this transaction took (row lock and signed entry in skiplock.held) ends; false, changing nothing, for any other.';
+REVOKE ALL ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.fail_locked(bigint, text, boolean, interval, text, text) TO skiplock_worker, skiplock_admin;

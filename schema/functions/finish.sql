@@ -1,4 +1,4 @@
--- finish(id, lease, next_stage): end the attempt that holds `lease` successfully. Without
+-- finish(id, lease, next_stage, stage): end the attempt that holds `lease` successfully. Without
 -- next_stage the task is done: it leaves queue.live_tasks and is written to queue.history in the
 -- same statement. With next_stage (a pipeline) it is recorded as done in its current stage and
 -- waits, ready, in next_stage from attempt 0. A task enqueued again with mode 'rerun' while it ran
@@ -10,7 +10,9 @@
 -- (cancel() ends a schedule); 42501 for a restricted next_stage without the enqueue right; SK002
 -- when a live task of next_stage has the same key. Locks the task's row; writes queue.live_tasks and
 -- queue.history; a task due at once wakes its stage's waiting workers.
-CREATE OR REPLACE FUNCTION queue.finish(id bigint, lease uuid, next_stage text DEFAULT NULL)
+-- stage, when given, is the task's current stage (routes the call on Citus); any other: false.
+CREATE OR REPLACE FUNCTION queue.finish(id bigint, lease uuid, next_stage text DEFAULT NULL,
+                                        stage text DEFAULT NULL)
     RETURNS boolean
     LANGUAGE plpgsql
     VOLATILE
@@ -36,6 +38,7 @@ BEGIN
         WITH done AS (
             DELETE FROM queue.live_tasks t
              WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NULL
+               AND (finish.stage IS NULL OR t.stage = finish.stage)
             RETURNING t.*
         )
         INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
@@ -53,6 +56,7 @@ BEGIN
             SELECT t.*, queue._next_slot(t.slot, t.repeat, t.drift, v_now) AS next_slot
               FROM queue.live_tasks t
              WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NOT NULL
+               AND (finish.stage IS NULL OR t.stage = finish.stage)
                FOR UPDATE
         ), rearmed AS (
             UPDATE queue.live_tasks t
@@ -60,7 +64,7 @@ BEGIN
                    lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
                    error_text = NULL, updated = v_now
               FROM cur c
-             WHERE t.id = c.id
+             WHERE t.id = c.id AND t.stage = c.stage
         )
         INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
                                    error_text, created, started, finished, group_key, run_as)
@@ -83,6 +87,7 @@ BEGIN
                 SELECT t.*
                   FROM queue.live_tasks t
                  WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NULL
+                   AND (finish.stage IS NULL OR t.stage = finish.stage)
                    FOR UPDATE
             ), moved AS (
                 UPDATE queue.live_tasks t
@@ -90,7 +95,7 @@ BEGIN
                        lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
                        error_text = NULL, updated = v_now
                   FROM cur c
-                 WHERE t.id = c.id
+                 WHERE t.id = c.id AND t.stage = c.stage
             )
             INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
                                        error_text, created, started, finished, group_key, run_as)
@@ -119,6 +124,7 @@ BEGIN
        SET status = 'ready', rerun = false, attempt = 0, lease = NULL, lease_expires = NULL,
            started = NULL, error_text = NULL, updated = v_now
      WHERE t.id = finish.id AND t.lease = finish.lease AND t.rerun
+       AND (finish.stage IS NULL OR t.stage = finish.stage)
     RETURNING t.stage, t.run_at <= v_now INTO v_stage, v_due;
     IF FOUND THEN
         IF v_due THEN
@@ -129,7 +135,8 @@ BEGIN
     -- Nothing ended: a stale lease, or a periodic task asked to move on.
     IF finish.next_stage IS NOT NULL
        AND EXISTS (SELECT FROM queue.live_tasks t
-                    WHERE t.id = finish.id AND t.lease = finish.lease AND t.repeat IS NOT NULL) THEN
+                    WHERE t.id = finish.id AND t.lease = finish.lease AND t.repeat IS NOT NULL
+                      AND (finish.stage IS NULL OR t.stage = finish.stage)) THEN
         RAISE EXCEPTION 'a periodic task cannot move to another stage'
             USING ERRCODE = '22023',
                   DETAIL = pg_catalog.format('Task %s repeats; finishing it re-arms it in its stage.', finish.id),
@@ -138,6 +145,6 @@ BEGIN
     RETURN false;
 END
 $$;
-COMMENT ON FUNCTION queue.finish(bigint, uuid, text) IS 'Ends a running attempt successfully if lease is current: done (to queue.history) or, with next_stage, queued ready in that stage; a periodic task is recorded and re-armed. False, changing nothing, for a lease that is not current.';
-REVOKE ALL ON FUNCTION queue.finish(bigint, uuid, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.finish(bigint, uuid, text) TO skiplock_worker, skiplock_admin;
+COMMENT ON FUNCTION queue.finish(bigint, uuid, text, text) IS 'Ends a running attempt successfully if lease is current: done (to queue.history) or, with next_stage, queued ready in that stage; a periodic task is recorded and re-armed. False, changing nothing, for a lease that is not current.';
+REVOKE ALL ON FUNCTION queue.finish(bigint, uuid, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.finish(bigint, uuid, text, text) TO skiplock_worker, skiplock_admin;

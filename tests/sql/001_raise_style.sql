@@ -153,19 +153,19 @@ SELECT results_eq(
 SELECT results_eq(
     $$SELECT message, has_detail, has_hint
         FROM pg_temp.raises(regexp_replace(
-                 (SELECT prosrc FROM pg_catalog.pg_proc WHERE oid = 'queue.heartbeat(bigint,uuid,interval)'::regprocedure),
+                 (SELECT prosrc FROM pg_catalog.pg_proc WHERE oid = 'queue.heartbeat(bigint,uuid,interval,text)'::regprocedure),
                  'DETAIL = pg_catalog\.format\(''Task %s is not running[^)]*\),', ''))
        WHERE message = '''lease lost'''$$,
     $$VALUES ('''lease lost''', false, true)$$,
     'heartbeat''s lease lost without its DETAIL is caught'
 );
 SELECT is(
-    (SELECT count(*)::integer FROM queue_raises WHERE function = 'queue.heartbeat(bigint,uuid,interval)'),
+    (SELECT count(*)::integer FROM queue_raises WHERE function = 'queue.heartbeat(bigint,uuid,interval,text)'),
     3,
     'heartbeat has its three RAISE EXCEPTION statements read'
 );
 SELECT ok(
-    (SELECT bool_and(has_detail AND has_hint) FROM queue_raises WHERE function = 'queue.fail(bigint,uuid,text,boolean,interval)'),
+    (SELECT bool_and(has_detail AND has_hint) FROM queue_raises WHERE function = 'queue.fail(bigint,uuid,text,boolean,interval,text)'),
     'fail''s raises have DETAIL and HINT'
 );
 

@@ -6,6 +6,7 @@
 -- finished_id and finished_lease both NULL: nothing to finish (the first call of a loop).
 -- Raises 22004 when only one of them is NULL, and what finish() and take_next() raise.
 -- Locks and writes what finish() and take_next() do.
+-- The finished task must be of stage (one shard on Citus): one of another stage is not finished.
 CREATE OR REPLACE FUNCTION queue.finish_and_take(
         finished_id    bigint,
         finished_lease uuid,
@@ -32,7 +33,8 @@ BEGIN
                   HINT = 'Pass the id and lease of the task just completed, or both NULL on the first call.';
     END IF;
     IF finish_and_take.finished_id IS NOT NULL THEN
-        v_finished := queue.finish(finish_and_take.finished_id, finish_and_take.finished_lease);
+        v_finished := queue.finish(finish_and_take.finished_id, finish_and_take.finished_lease,
+                                   stage => finish_and_take.stage);
     END IF;
     RETURN QUERY
     SELECT v_finished, k.id, k.payload, k.attempt, k.lease, k.lease_expires, k.priority, k.key

@@ -1,10 +1,11 @@
--- finish_batch(id[], lease[]): finish many attempts in one call and one commit (workers that take
+-- finish_batch(id[], lease[], stage): finish many attempts in one call and one commit (workers that take
 -- in batches). Pairs id[i] with lease[i]; pairs whose lease is not current are skipped. Periodic
 -- tasks are recorded done and re-armed for their next run, and tasks re-run while they ran are
 -- queued again, as finish() does. Returns how many attempts it ended.
 -- Raises 22004 for a NULL element, 22023 for NULL or unequal arrays or too many
 -- pairs. Locks the rows it finishes; writes queue.live_tasks and queue.history.
-CREATE OR REPLACE FUNCTION queue.finish_batch(id bigint[], lease uuid[])
+-- stage, when given, is the tasks' stage (routes the call on Citus); tasks of others are skipped.
+CREATE OR REPLACE FUNCTION queue.finish_batch(id bigint[], lease uuid[], stage text DEFAULT NULL)
     RETURNS integer
     LANGUAGE plpgsql
     VOLATILE
@@ -52,6 +53,7 @@ BEGIN
         DELETE FROM queue.live_tasks t
          USING pairs p
          WHERE t.id = p.id AND t.lease = p.lease AND NOT t.rerun AND t.repeat IS NULL
+           AND (finish_batch.stage IS NULL OR t.stage = finish_batch.stage)
         RETURNING t.*
     )
     INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
@@ -72,6 +74,7 @@ BEGIN
                                      FROM ROWS FROM (pg_catalog.unnest(finish_batch.id),
                                                      pg_catalog.unnest(finish_batch.lease)) AS p(id, lease))
            AND NOT t.rerun AND t.repeat IS NOT NULL
+           AND (finish_batch.stage IS NULL OR t.stage = finish_batch.stage)
            FOR UPDATE OF t
     ), rearmed AS (
         UPDATE queue.live_tasks t
@@ -79,7 +82,7 @@ BEGIN
                lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
                error_text = NULL, updated = v_now
           FROM cur c
-         WHERE t.id = c.id
+         WHERE t.id = c.id AND t.stage = c.stage
     )
     INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
                                error_text, created, started, finished, group_key, run_as)
@@ -99,6 +102,7 @@ BEGIN
                started = NULL, error_text = NULL, updated = v_now
           FROM ROWS FROM (pg_catalog.unnest(finish_batch.id), pg_catalog.unnest(finish_batch.lease)) AS p(id, lease)
          WHERE t.id = p.id AND t.lease = p.lease AND t.rerun
+           AND (finish_batch.stage IS NULL OR t.stage = finish_batch.stage)
         RETURNING t.stage, t.run_at <= v_now AS due
     )
     SELECT (SELECT pg_catalog.count(*) FROM again)::integer,
@@ -110,6 +114,6 @@ BEGIN
     RETURN v_done + v_rerun;
 END
 $$;
-COMMENT ON FUNCTION queue.finish_batch(bigint[], uuid[]) IS 'Finishes many attempts at once: each (id[i], lease[i]) whose lease is current becomes done (moved to queue.history; a periodic task is recorded done and re-armed). Returns how many it ended; stale pairs are skipped. Locks the rows it finishes.';
-REVOKE ALL ON FUNCTION queue.finish_batch(bigint[], uuid[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.finish_batch(bigint[], uuid[]) TO skiplock_worker, skiplock_admin;
+COMMENT ON FUNCTION queue.finish_batch(bigint[], uuid[], text) IS 'Finishes many attempts at once: each (id[i], lease[i]) whose lease is current becomes done (moved to queue.history; a periodic task is recorded done and re-armed). Returns how many it ended; stale pairs are skipped. Locks the rows it finishes.';
+REVOKE ALL ON FUNCTION queue.finish_batch(bigint[], uuid[], text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.finish_batch(bigint[], uuid[], text) TO skiplock_worker, skiplock_admin;

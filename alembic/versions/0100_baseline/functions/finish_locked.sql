@@ -1,4 +1,4 @@
--- finish_locked(id, worker): end successfully a task this transaction took with take_locked. The
+-- finish_locked(id, worker, stage): end successfully a task this transaction took with take_locked. The
 -- task leaves queue.live_tasks and is written to queue.history as done, with the attempt it ran as,
 -- started at the transaction's start and finished at clock time; a periodic task is recorded and
 -- re-armed, as finish() does. worker, if given, is recorded in queue.history.
@@ -9,7 +9,8 @@
 -- Commit the worker's own writes in the same transaction: they and the finish are one.
 -- Raises 22004 for a NULL id, 22023 for a long worker name. Locks the task's row (already locked
 -- by take_locked); writes queue.live_tasks and queue.history.
-CREATE OR REPLACE FUNCTION queue.finish_locked(id bigint, worker text DEFAULT NULL)
+-- stage, when given, is the task's stage (routes the call on Citus); any other: false.
+CREATE OR REPLACE FUNCTION queue.finish_locked(id bigint, worker text DEFAULT NULL, stage text DEFAULT NULL)
     RETURNS boolean
     LANGUAGE plpgsql
     VOLATILE
@@ -45,6 +46,7 @@ BEGIN
     WITH done AS (
         DELETE FROM queue.live_tasks t
          WHERE t.id = finish_locked.id AND t.status IN ('ready', 'error') AND t.repeat IS NULL
+           AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
         RETURNING t.*
     )
     INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
@@ -58,18 +60,24 @@ BEGIN
     END IF;
 
     -- A periodic task: record this run, re-arm the same row for the next one, struck out of the record.
+    -- A task of another stage than the one given is not this call's: it stays in the record.
+    IF finish_locked.stage IS NOT NULL
+       AND NOT EXISTS (SELECT FROM queue.live_tasks t WHERE t.id = finish_locked.id AND t.stage = finish_locked.stage) THEN
+        RETURN false;
+    END IF;
     PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held, v_entry, ','), true);
     WITH cur AS (
         SELECT t.*, queue._next_slot(t.slot, t.repeat, t.drift, v_now) AS next_slot
           FROM queue.live_tasks t
          WHERE t.id = finish_locked.id AND t.status IN ('ready', 'error') AND t.repeat IS NOT NULL
+           AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
     ), rearmed AS (
         UPDATE queue.live_tasks t
            SET status = 'ready', attempt = 0, run_at = c.next_slot, slot = c.next_slot,
                lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
                error_text = NULL, updated = v_now
           FROM cur c
-         WHERE t.id = c.id
+         WHERE t.id = c.id AND t.stage = c.stage
     )
     INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
                                error_text, created, started, finished, group_key, run_as)
@@ -85,6 +93,6 @@ BEGIN
     RETURN false;
 END
 $$;
-COMMENT ON FUNCTION queue.finish_locked(bigint, text) IS 'Ends successfully a task this transaction took with take_locked: done, to queue.history (a periodic task is re-armed). Only a task this transaction took (row lock and signed entry in skiplock.held) ends; false, changing nothing, otherwise.';
-REVOKE ALL ON FUNCTION queue.finish_locked(bigint, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.finish_locked(bigint, text) TO skiplock_worker, skiplock_admin;
+COMMENT ON FUNCTION queue.finish_locked(bigint, text, text) IS 'Ends successfully a task this transaction took with take_locked: done, to queue.history (a periodic task is re-armed). Only a task this transaction took (row lock and signed entry in skiplock.held) ends; false, changing nothing, otherwise.';
+REVOKE ALL ON FUNCTION queue.finish_locked(bigint, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.finish_locked(bigint, text, text) TO skiplock_worker, skiplock_admin;

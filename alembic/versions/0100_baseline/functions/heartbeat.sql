@@ -1,10 +1,12 @@
--- heartbeat(id, lease, lease_for): tell the queue this worker is alive and still on the task.
+-- heartbeat(id, lease, lease_for, stage): tell the queue this worker is alive and still on the task.
 -- Renews the lease to now() + lease_for, or without lease_for to now() + the stage's lease_duration
 -- unless the lease already runs longer, and returns the new expiry.
 -- Raises 22004 for a NULL id or lease, 22023 for a lease_for that is not positive, and SK001 (lease
 -- lost) when the lease is not the task's current one: the worker should stop working on the task,
 -- another attempt may already run. Locks and writes the task's row of queue.live_tasks.
-CREATE OR REPLACE FUNCTION queue.heartbeat(id bigint, lease uuid, lease_for interval DEFAULT NULL)
+-- stage, when given, is the task's stage (routes the call on Citus); any other raises SK001.
+CREATE OR REPLACE FUNCTION queue.heartbeat(id bigint, lease uuid, lease_for interval DEFAULT NULL,
+                                           stage text DEFAULT NULL)
     RETURNS timestamptz
     LANGUAGE plpgsql
     VOLATILE
@@ -37,6 +39,7 @@ BEGIN
                                               pg_catalog.now() + (queue._settings(t.stage)).lease_duration)
                            END
      WHERE t.id = heartbeat.id AND t.lease = heartbeat.lease
+       AND (heartbeat.stage IS NULL OR t.stage = heartbeat.stage)
     RETURNING t.lease_expires INTO v_expires;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'lease lost'
@@ -47,6 +50,6 @@ BEGIN
     RETURN v_expires;
 END
 $$;
-COMMENT ON FUNCTION queue.heartbeat(bigint, uuid, interval) IS 'Renews the lease of a running attempt and returns the new expiry: now() + lease_for, else now() + the stage''s lease_duration unless the lease runs longer already. Raises SK001 when the lease is no longer current. Locks the task''s row.';
-REVOKE ALL ON FUNCTION queue.heartbeat(bigint, uuid, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.heartbeat(bigint, uuid, interval) TO skiplock_worker, skiplock_admin;
+COMMENT ON FUNCTION queue.heartbeat(bigint, uuid, interval, text) IS 'Renews the lease of a running attempt and returns the new expiry: now() + lease_for, else now() + the stage''s lease_duration unless the lease runs longer already. Raises SK001 when the lease is no longer current. Locks the task''s row.';
+REVOKE ALL ON FUNCTION queue.heartbeat(bigint, uuid, interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.heartbeat(bigint, uuid, interval, text) TO skiplock_worker, skiplock_admin;

@@ -1,4 +1,4 @@
--- release(id, lease, retry_in): hand a running task back without counting the attempt: a worker
+-- release(id, lease, retry_in, stage): hand a running task back without counting the attempt: a worker
 -- shuts down before it could do the work, or cannot do it yet (a rate limit, a resource not ready:
 -- a "snooze"). Without retry_in the task is due again at once and keeps its place (priority and
 -- run_at unchanged); with it, it is due retry_in from now. Its attempt counter goes back by one, so
@@ -7,10 +7,12 @@
 -- workers (_wake_waiters).
 -- Returns false, changing nothing, when the lease is not the task's current one. Raises 22004 for a
 -- NULL id or lease, 22023 for a negative retry_in. Locks and writes the task's row.
+-- stage, when given, is the task's stage (routes the call on Citus); any other: false.
 -- The two-argument release is dropped first, so that a two-argument call resolves to this one.
 -- squawk-ignore ban-drop-function
 DROP FUNCTION IF EXISTS queue.release(bigint, uuid);
-CREATE OR REPLACE FUNCTION queue.release(id bigint, lease uuid, retry_in interval DEFAULT NULL)
+CREATE OR REPLACE FUNCTION queue.release(id bigint, lease uuid, retry_in interval DEFAULT NULL,
+                                         stage text DEFAULT NULL)
     RETURNS boolean
     LANGUAGE plpgsql
     VOLATILE
@@ -45,6 +47,7 @@ BEGIN
            rerun = false, lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
            updated = pg_catalog.now()
      WHERE t.id = release.id AND t.lease = release.lease
+       AND (release.stage IS NULL OR t.stage = release.stage)
     RETURNING t.stage, t.run_at <= pg_catalog.now() INTO v_stage, v_due;
     IF NOT FOUND THEN
         RETURN false;
@@ -55,6 +58,6 @@ BEGIN
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION queue.release(bigint, uuid, interval) IS 'Hands a running task back without counting the attempt (a worker shutting down, or a snooze): due again at once in its old place, or retry_in from now. False when the lease is no longer current. Wakes waiting workers when due at once.';
-REVOKE ALL ON FUNCTION queue.release(bigint, uuid, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.release(bigint, uuid, interval) TO skiplock_worker, skiplock_admin;
+COMMENT ON FUNCTION queue.release(bigint, uuid, interval, text) IS 'Hands a running task back without counting the attempt (a worker shutting down, or a snooze): due again at once in its old place, or retry_in from now. False when the lease is no longer current. Wakes waiting workers when due at once.';
+REVOKE ALL ON FUNCTION queue.release(bigint, uuid, interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.release(bigint, uuid, interval, text) TO skiplock_worker, skiplock_admin;

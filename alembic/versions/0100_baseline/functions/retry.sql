@@ -1,11 +1,12 @@
--- retry(id): an admin queues a failed task again now, from attempt 0: an 'error' task waiting for
+-- retry(id, stage): an admin queues a failed task again now, from attempt 0: an 'error' task waiting for
 -- its retry, or a 'fatal' or 'cancelled' task from queue.history (its history row goes back to
 -- queue.live_tasks). A ready task is left as it is. A periodic task that was cancelled comes back
 -- as a one-off run (history does not keep the schedule: enqueue it again to restore it).
 -- Wakes the stage's waiting workers (_wake_waiters).
 -- Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a running or done task, SK002 when
 -- a live task has taken its key. Locks the task's row; writes queue.live_tasks and queue.history.
-CREATE OR REPLACE FUNCTION queue.retry(id bigint)
+-- stage, when given, is the task's last stage (routes the call on Citus); any other: P0002 or 55000.
+CREATE OR REPLACE FUNCTION queue.retry(id bigint, stage text DEFAULT NULL)
     RETURNS void
     LANGUAGE plpgsql
     VOLATILE
@@ -24,7 +25,10 @@ BEGIN
             USING ERRCODE = '22004', DETAIL = 'retry was called with id NULL.',
                   HINT = 'Pass the id of a task, e.g. from queue.tasks.';
     END IF;
-    SELECT t.status INTO v_status FROM queue.live_tasks t WHERE t.id = retry.id FOR UPDATE;
+    SELECT t.status INTO v_status
+      FROM queue.live_tasks t
+     WHERE t.id = retry.id AND (retry.stage IS NULL OR t.stage = retry.stage)
+       FOR UPDATE;
     IF FOUND THEN
         IF v_status = 'running' THEN
             RAISE EXCEPTION 'cannot retry task %: it is running', retry.id
@@ -34,7 +38,7 @@ BEGIN
         END IF;
         UPDATE queue.live_tasks t
            SET status = 'ready', run_at = v_now, attempt = 0, updated = v_now
-         WHERE t.id = retry.id AND t.status = 'error'
+         WHERE t.id = retry.id AND (retry.stage IS NULL OR t.stage = retry.stage) AND t.status = 'error'
         RETURNING t.stage INTO v_stage;
         IF FOUND THEN
             PERFORM queue._wake_waiters(v_stage);
@@ -44,7 +48,7 @@ BEGIN
 
     SELECT h.*, h.ctid AS row_ctid INTO v_last
       FROM queue.history h
-     WHERE h.id = retry.id
+     WHERE h.id = retry.id AND (retry.stage IS NULL OR h.stage = retry.stage)
      -- Rows of one transaction share a timestamp. Only the task's last event took it out of
      -- queue.live_tasks; what can precede it at the same instant are periodic runs (done or
      -- fatal, after which the task was re-armed). A cancel always ends the task and a done or
@@ -56,7 +60,9 @@ BEGIN
     -- A concurrent retry may have moved it back while this one waited for its history row (then
     -- this one read the next older row, or none): it is live again, as this caller wants, or
     -- running, the error above.
-    SELECT t.status INTO v_status FROM queue.live_tasks t WHERE t.id = retry.id;
+    SELECT t.status INTO v_status
+      FROM queue.live_tasks t
+     WHERE t.id = retry.id AND (retry.stage IS NULL OR t.stage = retry.stage);
     IF v_status IN ('ready', 'error') THEN
         RETURN;
     ELSIF v_status = 'running' THEN
@@ -66,7 +72,7 @@ BEGIN
                   HINT = 'Wait for it to finish or fail, or cancel it first.';
     END IF;
     IF NOT v_found OR v_last.status = 'done' THEN
-        PERFORM queue._raise_not_live(retry.id, 'retry');
+        PERFORM queue._raise_not_live(retry.id, 'retry', retry.stage);
     END IF;
     BEGIN
         INSERT INTO queue.live_tasks (id, stage, status, priority, run_at, payload, key, attempt,
@@ -84,10 +90,11 @@ BEGIN
     -- This row only: two rows of one instant can have the same status (fatal, cancel, retry and
     -- fatal again in one transaction). Locked above, so its ctid holds.
     DELETE FROM queue.history h
-     WHERE h.id = v_last.id AND h.finished = v_last.finished AND h.ctid = v_last.row_ctid;
+     WHERE h.id = v_last.id AND h.stage = v_last.stage AND h.finished = v_last.finished
+       AND h.ctid = v_last.row_ctid;
     PERFORM queue._wake_waiters(v_last.stage);
 END
 $$;
-COMMENT ON FUNCTION queue.retry(bigint) IS 'Queues a failed task (error, fatal or cancelled) again now from attempt 0 (a cancelled periodic task as a one-off run). Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a running or done task, SK002 when a live task took its key.';
-REVOKE ALL ON FUNCTION queue.retry(bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.retry(bigint) TO skiplock_admin;
+COMMENT ON FUNCTION queue.retry(bigint, text) IS 'Queues a failed task (error, fatal or cancelled) again now from attempt 0 (a cancelled periodic task as a one-off run). Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a running or done task, SK002 when a live task took its key.';
+REVOKE ALL ON FUNCTION queue.retry(bigint, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.retry(bigint, text) TO skiplock_admin;

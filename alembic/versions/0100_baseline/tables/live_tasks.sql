@@ -2,7 +2,7 @@
 -- final state moves to queue.history in the same statement, so this table and its indexes stay
 -- the size of the backlog, not of everything ever processed.
 CREATE TABLE queue.live_tasks (
-    id             bigint            NOT NULL GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id             bigint            NOT NULL GENERATED ALWAYS AS IDENTITY,
     stage          text              NOT NULL,
     status         queue.task_status NOT NULL DEFAULT 'ready'
                                      CONSTRAINT live_tasks_status_live CHECK (status IN ('ready', 'running', 'error')),
@@ -25,6 +25,9 @@ CREATE TABLE queue.live_tasks (
     slot           timestamptz,
     group_key      text,
     run_as         regrole,
+    -- The stage is in the key so that the table can be distributed by stage (Citus); the identity
+    -- alone keeps ids unique, and id leads, so a lookup by id alone still probes this index.
+    CONSTRAINT live_tasks_pkey PRIMARY KEY (id, stage),
     CONSTRAINT live_tasks_running_has_lease
         CHECK ((status = 'running') = (lease IS NOT NULL AND lease_expires IS NOT NULL AND started IS NOT NULL)),
     CONSTRAINT live_tasks_rerun_only_running CHECK (NOT rerun OR status = 'running'),

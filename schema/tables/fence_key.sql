@@ -9,6 +9,5 @@ CREATE UNIQUE INDEX fence_key_one_row ON queue.fence_key ((true));
 INSERT INTO queue.fence_key (key)
 VALUES (pg_catalog.md5(pg_catalog.gen_random_uuid()::text) || pg_catalog.md5(pg_catalog.gen_random_uuid()::text));
 
-REVOKE ALL ON TABLE queue.fence_key FROM PUBLIC;
 COMMENT ON TABLE queue.fence_key IS 'One random key, readable only by skiplock_owner: take_locked signs the tasks it hands out with it, so that no session can claim in skiplock.held a task it did not take.';
 COMMENT ON COLUMN queue.fence_key.key IS 'Random secret (64 hex digits) made at install; never shown to application roles.';

@@ -58,41 +58,28 @@ BEGIN
                                              coalesce(configure_stage.backoff_cap::text, 'unchanged')),
                   HINT = 'lease_duration, backoff_base and backoff_cap are at most 100 years.';
     END IF;
-    -- A new row starts from the defaults; an existing one changes only the columns given, as it
-    -- is when written (a concurrent call's change, a pause say, is kept).
-    v_row := queue._settings(configure_stage.stage);
-    v_row.stage          := configure_stage.stage;
-    v_row.lease_duration := coalesce(configure_stage.lease_duration, v_row.lease_duration);
-    v_row.max_attempts   := coalesce(configure_stage.max_attempts, v_row.max_attempts);
-    v_row.backoff        := coalesce(configure_stage.backoff, v_row.backoff);
-    v_row.backoff_base   := coalesce(configure_stage.backoff_base, v_row.backoff_base);
-    v_row.backoff_cap    := coalesce(configure_stage.backoff_cap, v_row.backoff_cap);
-    v_row.backoff_jitter := coalesce(configure_stage.backoff_jitter, v_row.backoff_jitter);
-    v_row.notify         := coalesce(configure_stage.notify, v_row.notify);
-    -- The caps are NULL when there is none; 0 is how a caller removes one.
-    v_row.max_running    := CASE WHEN configure_stage.max_running IS NULL THEN v_row.max_running
-                                 ELSE NULLIF(configure_stage.max_running, 0) END;
-    v_row.group_limit    := CASE WHEN configure_stage.group_limit IS NULL THEN v_row.group_limit
-                                 ELSE NULLIF(configure_stage.group_limit, 0) END;
-    v_row.paused         := coalesce(configure_stage.paused, v_row.paused);
-    v_row.updated        := pg_catalog.now();
+    -- A new row starts as a copy of the defaults; then the columns given change under the row's
+    -- lock, as the row is when written (a concurrent call's change, a pause say, is kept).
     BEGIN
-        INSERT INTO queue.stage_settings AS s
-        VALUES (v_row.*)
-        ON CONFLICT ON CONSTRAINT stage_settings_pkey DO UPDATE
+        v_row := queue._settings(configure_stage.stage);
+        v_row.stage := configure_stage.stage;
+        INSERT INTO queue.stage_settings VALUES (v_row.*) ON CONFLICT ON CONSTRAINT stage_settings_pkey DO NOTHING;
+        -- The caps are NULL when there is none; 0 is how a caller removes one.
+        UPDATE queue.stage_settings s
            SET lease_duration = coalesce(configure_stage.lease_duration, s.lease_duration),
-               max_attempts = coalesce(configure_stage.max_attempts, s.max_attempts),
-               backoff = coalesce(configure_stage.backoff, s.backoff),
-               backoff_base = coalesce(configure_stage.backoff_base, s.backoff_base),
-               backoff_cap = coalesce(configure_stage.backoff_cap, s.backoff_cap),
+               max_attempts   = coalesce(configure_stage.max_attempts, s.max_attempts),
+               backoff        = coalesce(configure_stage.backoff, s.backoff),
+               backoff_base   = coalesce(configure_stage.backoff_base, s.backoff_base),
+               backoff_cap    = coalesce(configure_stage.backoff_cap, s.backoff_cap),
                backoff_jitter = coalesce(configure_stage.backoff_jitter, s.backoff_jitter),
-               notify = coalesce(configure_stage.notify, s.notify),
-               updated = excluded.updated,
-               max_running = CASE WHEN configure_stage.max_running IS NULL THEN s.max_running
-                                  ELSE NULLIF(configure_stage.max_running, 0) END,
-               group_limit = CASE WHEN configure_stage.group_limit IS NULL THEN s.group_limit
-                                  ELSE NULLIF(configure_stage.group_limit, 0) END,
-               paused = coalesce(configure_stage.paused, s.paused)
+               notify         = coalesce(configure_stage.notify, s.notify),
+               max_running    = CASE WHEN configure_stage.max_running IS NULL THEN s.max_running
+                                     ELSE NULLIF(configure_stage.max_running, 0) END,
+               group_limit    = CASE WHEN configure_stage.group_limit IS NULL THEN s.group_limit
+                                     ELSE NULLIF(configure_stage.group_limit, 0) END,
+               paused         = coalesce(configure_stage.paused, s.paused),
+               updated        = pg_catalog.now()
+         WHERE s.stage = configure_stage.stage
         RETURNING s.* INTO v_row;
     EXCEPTION WHEN check_violation THEN
         RAISE EXCEPTION 'invalid stage setting'

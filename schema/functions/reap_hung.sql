@@ -36,11 +36,11 @@ BEGIN
         DELETE FROM queue.live_tasks t
          USING expired e
          WHERE t.id = e.id AND NOT e.retry AND t.repeat IS NULL
-        RETURNING t.*, e.message
+        RETURNING t AS task, e.message
     ), periodic AS (
         -- Periodic tasks out of attempts: the run is fatal, the schedule goes on. All parts of
         -- this statement see the rows as they were before it, so this reads the run's values.
-        SELECT t.*, e.message, queue._next_slot(t.slot, t.repeat, t.drift, v_now) AS next_slot
+        SELECT t AS task, e.message, queue._next_slot(t.slot, t.repeat, t.drift, v_now) AS next_slot
           FROM queue.live_tasks t
           JOIN expired e ON e.id = t.id
          WHERE NOT e.retry AND t.repeat IS NOT NULL
@@ -50,17 +50,11 @@ BEGIN
                lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
                error_text = NULL, updated = v_now
           FROM periodic p
-         WHERE t.id = p.id
+         WHERE t.id = (p.task).id AND t.stage = (p.task).stage
     ), fatal AS (
-        INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                                   error_text, created, started, finished, group_key, run_as)
-        SELECT g.id, g.stage, 'fatal'::queue.task_status, g.priority, g.run_at, g.payload, g.key,
-               g.attempt, g.worker, g.message, g.created, g.started, v_now, g.group_key, g.run_as
-          FROM gone g
-        UNION ALL
-        SELECT p.id, p.stage, 'fatal'::queue.task_status, p.priority, p.run_at, p.payload, p.key,
-               p.attempt, p.worker, p.message, p.created, p.started, v_now, p.group_key, p.run_as
-          FROM periodic p
+        INSERT INTO queue.history
+        SELECT (queue._history_row(f.task, 'fatal', (f.task).attempt, (f.task).worker, f.message, (f.task).started, v_now)).*
+          FROM (SELECT g.task, g.message FROM gone g UNION ALL SELECT p.task, p.message FROM periodic p) f
         RETURNING 1
     ), retried AS (
         -- A task enqueued again with mode 'rerun' while it ran starts over as fail() would

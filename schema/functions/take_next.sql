@@ -25,13 +25,9 @@ CREATE OR REPLACE FUNCTION queue.take_next(
     SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
+    v_settings queue.stage_settings;
     v_now      timestamptz := pg_catalog.now();
     v_lease    interval    := take_next.lease_for;
-    v_restricted     boolean;
-    v_paused         boolean;
-    v_lease_duration interval;
-    v_max_running    integer;
-    v_group_limit    integer;
     v_running  integer;
     v_setting       text;
     v_hint          text[];
@@ -63,45 +59,34 @@ BEGIN
                   DETAIL = pg_catalog.format('The worker name has %s characters.', pg_catalog.length(take_next.worker)),
                   HINT = 'Name workers in at most 200 characters, e.g. host:pid.';
     END IF;
-    -- The stage's own settings, else the defaults ('*'): two primary-key probes cost less than
-    -- one statement that sorts both rows.
-    SELECT s.restricted, s.paused, s.lease_duration, s.max_running, s.group_limit
-      INTO v_restricted, v_paused, v_lease_duration, v_max_running, v_group_limit
-      FROM queue.stage_settings s
-     WHERE s.stage = take_next.stage;
-    IF NOT FOUND THEN
-        SELECT s.restricted, s.paused, s.lease_duration, s.max_running, s.group_limit
-          INTO v_restricted, v_paused, v_lease_duration, v_max_running, v_group_limit
-          FROM queue.stage_settings s
-         WHERE s.stage = '*';
-    END IF;
+    v_settings := queue._settings(take_next.stage);  -- the stage's row, else the defaults ('*')
     -- A restricted stage (grant_stage) hands tasks, and so their leases, only to the roles it
     -- lists; open stages skip the lookup. Denial raises rather than returning nothing.
-    IF v_restricted THEN
+    IF v_settings.restricted THEN
         PERFORM queue._check_access(take_next.stage, 'take');
     END IF;
-    IF v_paused THEN
+    IF v_settings.paused THEN
         RETURN;  -- configure_stage(stage, paused => true): hand out nothing until resumed
     END IF;
-    v_lease := coalesce(v_lease, v_lease_duration);
+    v_lease := coalesce(v_lease, v_settings.lease_duration);
 
-    IF v_max_running IS NOT NULL OR v_group_limit IS NOT NULL THEN
+    IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL THEN
         -- After the lock, each statement sees every take and finish its holders committed.
         PERFORM pg_catalog.pg_advisory_xact_lock(1936419947, pg_catalog.hashtext(take_next.stage));
-        IF v_max_running IS NOT NULL THEN
+        IF v_settings.max_running IS NOT NULL THEN
             SELECT pg_catalog.count(*)::integer INTO v_running
               FROM queue.live_tasks r
              WHERE r.stage = take_next.stage AND r.status = 'running';
             -- The claim below takes at most batch tasks: no more than the cap leaves room for.
-            take_next.batch := least(take_next.batch, v_max_running - v_running);
+            take_next.batch := least(take_next.batch, v_settings.max_running - v_running);
             IF take_next.batch < 1 THEN
                 RETURN;
             END IF;
         END IF;
-        IF v_group_limit IS NOT NULL THEN
+        IF v_settings.group_limit IS NOT NULL THEN
             RETURN QUERY
             SELECT g.id, g.payload, g.attempt, g.lease, g.lease_expires, g.priority, g.key
-              FROM queue._take_grouped(take_next.stage, take_next.batch, v_group_limit,
+              FROM queue._take_grouped(take_next.stage, take_next.batch, v_settings.group_limit,
                                        v_now, v_lease, take_next.worker) g;
             IF NOT FOUND THEN
                 PERFORM queue._mark_waiting(take_next.stage);

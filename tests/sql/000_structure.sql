@@ -79,8 +79,12 @@ SELECT is_empty(
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp","DateStyle=ISO, YMD",lock_timeout=100ms}')
          AND NOT (p.oid = 'queue._history_partitions()'::regprocedure
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp","DateStyle=ISO, YMD"}')
-         -- _held_entry is one immutable expression the planner inlines into its (pinned) callers.
-         AND NOT (p.oid = 'queue._held_entry(text,xid8,bigint)'::regprocedure AND p.proconfig IS NULL)
+         -- _held_entry and _history_row are expressions the planner inlines into their (pinned)
+         -- callers; _settings, two probes, costs no more than the probes without a SET clause.
+         AND NOT (p.oid IN ('queue._held_entry(text,xid8,bigint)'::regprocedure,
+                            'queue._history_row(queue.live_tasks,queue.task_status,integer,text,text,timestamptz,timestamptz)'::regprocedure,
+                            'queue._settings(text)'::regprocedure)
+                  AND p.proconfig IS NULL)
          -- _mark_waiting never waits long: a take that finds its stage empty calls it.
          AND NOT (p.oid = 'queue._mark_waiting(text)'::regprocedure
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",lock_timeout=10ms}')
@@ -91,7 +95,7 @@ SELECT is_empty(
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",TimeZone=UTC}')
          -- A procedure with a SET clause cannot COMMIT; run_sql_tasks qualifies every name.
          AND p.oid <> 'queue.run_sql_tasks(text,integer,text,integer)'::regprocedure$$,
-    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next and take_locked add plan_cache_mode=force_generic_plan, compact and rotate_partitions lock_timeout=100ms, rotate_partitions and _history_partitions DateStyle=ISO, YMD, _mark_waiting lock_timeout=10ms, _cron_next and _next_slot TimeZone=UTC, _held_entry none: it is inlined) (listed: those that do not)'
+    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next and take_locked add plan_cache_mode=force_generic_plan, compact and rotate_partitions lock_timeout=100ms, rotate_partitions and _history_partitions DateStyle=ISO, YMD, _mark_waiting lock_timeout=10ms, _cron_next and _next_slot TimeZone=UTC, _held_entry, _history_row and _settings none) (listed: those that do not)'
 );
 
 -- Comments: what \df+ and \d+ show a DBA.

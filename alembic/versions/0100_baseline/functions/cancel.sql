@@ -30,15 +30,12 @@ BEGIN
     -- A statement of its own: its snapshot sees a run that ended while the DELETE waited for the
     -- row (finish_locked stamps the clock, later than this now()), and the cancel, the task's
     -- last event, is stamped no earlier than it.
-    INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                               error_text, created, started, finished, group_key, run_as)
-    VALUES (v_task.id, v_task.stage, 'cancelled', v_task.priority, v_task.run_at, v_task.payload, v_task.key,
-            -- a task cancelled while it waits has no run to time (queue.hourly: finished - started)
-            v_task.attempt, v_task.worker, v_task.error_text, v_task.created,
-            CASE WHEN v_task.status = 'running' THEN v_task.started END,
-            GREATEST(v_now, (SELECT pg_catalog.max(h.finished) FROM queue.history h
-                     WHERE h.id = v_task.id AND h.stage = v_task.stage)),
-            v_task.group_key, v_task.run_as);
+    -- A task cancelled while it waits has no run to time (queue.hourly: finished - started).
+    INSERT INTO queue.history
+    SELECT (queue._history_row(v_task, 'cancelled', v_task.attempt, v_task.worker, v_task.error_text,
+                               CASE WHEN v_task.status = 'running' THEN v_task.started END,
+                               GREATEST(v_now, (SELECT pg_catalog.max(h.finished) FROM queue.history h
+                                                 WHERE h.id = v_task.id AND h.stage = v_task.stage)))).*;
 END
 $$;
 COMMENT ON FUNCTION queue.cancel(bigint, text) IS 'Cancels a live task (ready, error or running): moves it to queue.history as cancelled (a periodic task: its schedule ends); a worker running it loses its lease. Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a finished one.';

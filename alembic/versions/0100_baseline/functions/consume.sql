@@ -18,11 +18,8 @@ CREATE OR REPLACE FUNCTION queue.consume(
     SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    v_settings queue.stage_settings;
     v_now         timestamptz := pg_catalog.now();
-    v_restricted  boolean;
-    v_max_running integer;
-    v_group_limit integer;
-    v_paused      boolean;
 BEGIN
     IF consume.stage IS NULL OR consume.stage IN ('', '*') OR pg_catalog.octet_length(consume.stage) > 54 THEN
         PERFORM queue._check_stage(consume.stage);
@@ -33,27 +30,17 @@ BEGIN
                   DETAIL = pg_catalog.format('batch is %s.', coalesce(consume.batch::text, 'NULL')),
                   HINT = 'Consume 1 to 10000 tasks per call.';
     END IF;
-    -- The stage's own settings, else the defaults ('*'), as take_locked.
-    SELECT s.restricted, s.max_running, s.group_limit, s.paused
-      INTO v_restricted, v_max_running, v_group_limit, v_paused
-      FROM queue.stage_settings s
-     WHERE s.stage = consume.stage;
-    IF NOT FOUND THEN
-        SELECT s.restricted, s.max_running, s.group_limit, s.paused
-          INTO v_restricted, v_max_running, v_group_limit, v_paused
-          FROM queue.stage_settings s
-         WHERE s.stage = '*';
-    END IF;
-    IF v_restricted THEN
+    v_settings := queue._settings(consume.stage);  -- the stage's row, else the defaults ('*')
+    IF v_settings.restricted THEN
         PERFORM queue._check_access(consume.stage, 'take');
     END IF;
-    IF v_max_running IS NOT NULL OR v_group_limit IS NOT NULL THEN
+    IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL THEN
         RAISE EXCEPTION 'stage % has concurrency limits', pg_catalog.quote_literal(consume.stage)
             USING ERRCODE = '0A000',
                   DETAIL = 'max_running and group_limit count running tasks; consume records tasks as done without running them.',
                   HINT = 'Take from this stage with take_next, or lift its limits with configure_stage.';
     END IF;
-    IF v_paused THEN
+    IF v_settings.paused THEN
         RETURN;
     END IF;
 
@@ -75,10 +62,8 @@ BEGIN
                       FOR UPDATE SKIP LOCKED))
         RETURNING t.*
     ), recorded AS (
-        INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                                   error_text, created, started, finished, group_key, run_as)
-        SELECT d.id, d.stage, 'done', d.priority, d.run_at, d.payload, d.key, d.attempt + 1,
-               NULL, d.error_text, d.created, v_now, pg_catalog.clock_timestamp(), d.group_key, d.run_as
+        INSERT INTO queue.history
+        SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt + 1, NULL, d.error_text, v_now, pg_catalog.clock_timestamp())).*
           FROM done d
         RETURNING 1
     )

@@ -27,9 +27,8 @@ CREATE OR REPLACE FUNCTION queue.enqueue(
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_settings queue.stage_settings;
     v_id       bigint;
-    v_restricted boolean;
-    v_notify     boolean;
     v_held       text;
     v_now    timestamptz := pg_catalog.now();
     v_run_at timestamptz := coalesce(enqueue.run_at, pg_catalog.now());
@@ -87,17 +86,8 @@ BEGIN
                   HINT = 'A group_key is 1 to 200 characters, or NULL for none.';
     END IF;
     -- A restricted stage (grant_stage) admits only the roles it lists; open stages skip the lookup.
-    -- The stage's own settings, else the defaults ('*'): two primary-key probes cost less than
-    -- one statement that sorts both rows.
-    SELECT s.restricted, s.notify INTO v_restricted, v_notify
-      FROM queue.stage_settings s
-     WHERE s.stage = enqueue.stage;
-    IF NOT FOUND THEN
-        SELECT s.restricted, s.notify INTO v_restricted, v_notify
-          FROM queue.stage_settings s
-         WHERE s.stage = '*';
-    END IF;
-    IF v_restricted THEN
+    v_settings := queue._settings(enqueue.stage);  -- the stage's row, else the defaults ('*')
+    IF v_settings.restricted THEN
         PERFORM queue._check_access(enqueue.stage, 'enqueue');
     END IF;
 
@@ -161,7 +151,7 @@ BEGIN
     END IF;
 
     -- Only while a worker waits (take_next found the stage empty): NOTIFY serialises commits.
-    IF v_notify
+    IF v_settings.notify
        AND EXISTS (SELECT 1 FROM queue.stage_waiters w WHERE w.stage = enqueue.stage AND w.until > v_now) THEN
         PERFORM queue._wake_waiters(enqueue.stage);  -- one NOTIFY per wait: it ends the mark
     END IF;

@@ -80,11 +80,8 @@ BEGIN
                    error_text = NULL, updated = v_now
              WHERE t.id = v_task.id AND t.stage = v_task.stage;
         END IF;
-        INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                                   error_text, created, started, finished, group_key, run_as)
-        VALUES (v_task.id, v_task.stage, 'fatal', v_task.priority, v_task.run_at, v_task.payload,
-                v_task.key, v_task.attempt, v_task.worker, v_error, v_task.created, v_task.started, v_now,
-                v_task.group_key, v_task.run_as);
+        INSERT INTO queue.history
+        SELECT (queue._history_row(v_task, 'fatal', v_task.attempt, v_task.worker, v_error, v_task.started, v_now)).*;
     ELSE
         v_next := v_now + coalesce(fail.retry_in, queue._retry_delay(v_settings, v_task.attempt));
         UPDATE queue.live_tasks t

@@ -56,10 +56,8 @@ BEGIN
            AND (finish_batch.stage IS NULL OR t.stage = finish_batch.stage)
         RETURNING t.*
     )
-    INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                               error_text, created, started, finished, group_key, run_as)
-    SELECT d.id, d.stage, 'done', d.priority, d.run_at, d.payload, d.key, d.attempt, d.worker,
-           d.error_text, d.created, d.started, v_now, d.group_key, d.run_as
+    INSERT INTO queue.history
+    SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt, d.worker, d.error_text, d.started, v_now)).*
       FROM done d;
     GET DIAGNOSTICS v_done = ROW_COUNT;
 
@@ -68,7 +66,7 @@ BEGIN
     END IF;
     -- Periodic tasks: record the run, re-arm the same row for the next one (see finish).
     WITH cur AS (
-        SELECT t.*, queue._next_slot(t.slot, t.repeat, t.drift, v_now) AS next_slot
+        SELECT t.*
           FROM queue.live_tasks t
          WHERE (t.id, t.lease) IN (SELECT p.id, p.lease
                                      FROM ROWS FROM (pg_catalog.unnest(finish_batch.id),
@@ -78,16 +76,14 @@ BEGIN
            FOR UPDATE OF t
     ), rearmed AS (
         UPDATE queue.live_tasks t
-           SET status = 'ready', attempt = 0, run_at = c.next_slot, slot = c.next_slot,
+           SET status = 'ready', attempt = 0, run_at = n.next_slot, slot = n.next_slot,
                lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
                error_text = NULL, updated = v_now
-          FROM cur c
+          FROM cur c CROSS JOIN LATERAL (SELECT queue._next_slot(c.slot, c.repeat, c.drift, v_now) AS next_slot) n
          WHERE t.id = c.id AND t.stage = c.stage
     )
-    INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                               error_text, created, started, finished, group_key, run_as)
-    SELECT c.id, c.stage, 'done', c.priority, c.run_at, c.payload, c.key, c.attempt, c.worker,
-           c.error_text, c.created, c.started, v_now, c.group_key, c.run_as
+    INSERT INTO queue.history
+    SELECT (queue._history_row(c::queue.live_tasks, 'done', c.attempt, c.worker, c.error_text, c.started, v_now)).*
       FROM cur c;
     GET DIAGNOSTICS v_again = ROW_COUNT;
     v_done := v_done + v_again;

@@ -49,10 +49,8 @@ BEGIN
            AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
         RETURNING t.*
     )
-    INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                               error_text, created, started, finished, group_key, run_as)
-    SELECT d.id, d.stage, 'done', d.priority, d.run_at, d.payload, d.key, d.attempt + 1,
-           finish_locked.worker, d.error_text, d.created, pg_catalog.now(), v_now, d.group_key, d.run_as
+    INSERT INTO queue.history
+    SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt + 1, finish_locked.worker, d.error_text, pg_catalog.now(), v_now)).*
       FROM done d;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     IF v_count = 1 THEN
@@ -67,22 +65,20 @@ BEGIN
     END IF;
     PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held, v_entry, ','), true);
     WITH cur AS (
-        SELECT t.*, queue._next_slot(t.slot, t.repeat, t.drift, v_now) AS next_slot
+        SELECT t.*
           FROM queue.live_tasks t
          WHERE t.id = finish_locked.id AND t.status IN ('ready', 'error') AND t.repeat IS NOT NULL
            AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
     ), rearmed AS (
         UPDATE queue.live_tasks t
-           SET status = 'ready', attempt = 0, run_at = c.next_slot, slot = c.next_slot,
+           SET status = 'ready', attempt = 0, run_at = n.next_slot, slot = n.next_slot,
                lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
                error_text = NULL, updated = v_now
-          FROM cur c
+          FROM cur c CROSS JOIN LATERAL (SELECT queue._next_slot(c.slot, c.repeat, c.drift, v_now) AS next_slot) n
          WHERE t.id = c.id AND t.stage = c.stage
     )
-    INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                               error_text, created, started, finished, group_key, run_as)
-    SELECT c.id, c.stage, 'done', c.priority, c.run_at, c.payload, c.key, c.attempt + 1,
-           finish_locked.worker, c.error_text, c.created, pg_catalog.now(), v_now, c.group_key, c.run_as
+    INSERT INTO queue.history
+    SELECT (queue._history_row(c::queue.live_tasks, 'done', c.attempt + 1, finish_locked.worker, c.error_text, pg_catalog.now(), v_now)).*
       FROM cur c;
     GET DIAGNOSTICS v_count = ROW_COUNT;
     IF v_count = 1 THEN

@@ -22,11 +22,8 @@ CREATE OR REPLACE FUNCTION queue.take_locked(
     SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
+    v_settings queue.stage_settings;
     v_now           timestamptz := pg_catalog.now();
-    v_restricted    boolean;
-    v_max_running   integer;
-    v_group_limit   integer;
-    v_paused        boolean;
     v_setting       text;
     v_hint          text[];
     v_from_priority integer;
@@ -47,28 +44,17 @@ BEGIN
                   DETAIL = pg_catalog.format('batch is %s.', coalesce(take_locked.batch::text, 'NULL')),
                   HINT = 'Take 1 to 10000 tasks per call.';
     END IF;
-    -- The stage's own settings, else the defaults ('*'): two primary-key probes cost less than
-    -- one statement that sorts both rows.
-    SELECT s.restricted, s.max_running, s.group_limit, s.paused
-      INTO v_restricted, v_max_running, v_group_limit, v_paused
-      FROM queue.stage_settings s
-     WHERE s.stage = take_locked.stage;
-    IF NOT FOUND THEN
-        SELECT s.restricted, s.max_running, s.group_limit, s.paused
-          INTO v_restricted, v_max_running, v_group_limit, v_paused
-          FROM queue.stage_settings s
-         WHERE s.stage = '*';
-    END IF;
-    IF v_restricted THEN
+    v_settings := queue._settings(take_locked.stage);  -- the stage's row, else the defaults ('*')
+    IF v_settings.restricted THEN
         PERFORM queue._check_access(take_locked.stage, 'take');
     END IF;
-    IF v_max_running IS NOT NULL OR v_group_limit IS NOT NULL THEN
+    IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL THEN
         RAISE EXCEPTION 'stage % has concurrency limits', pg_catalog.quote_literal(take_locked.stage)
             USING ERRCODE = '0A000',
                   DETAIL = 'max_running and group_limit count running tasks; a task taken with take_locked stays ''ready''.',
                   HINT = 'Take from this stage with take_next, or lift its limits with configure_stage.';
     END IF;
-    IF v_paused THEN
+    IF v_settings.paused THEN
         RETURN;
     END IF;
 
@@ -144,18 +130,16 @@ BEGIN
                        false) AS hint
               FROM (SELECT c.priority, c.run_at, c.id FROM claimed c
                      ORDER BY c.priority DESC, c.run_at DESC, c.id DESC LIMIT 1) l
-        ), held AS (
-            -- The record finish_locked and fail_locked check: undone with the locks by a rollback.
-            SELECT pg_catalog.set_config('skiplock.held',
-                       coalesce(v_held, ',') || pg_catalog.string_agg(pg_catalog.ltrim(
-                           queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(), c.id),
-                           ','), ''),
-                       true) AS held
-              FROM claimed c
-            HAVING pg_catalog.count(*) > 0
         )
         SELECT c.id, c.payload, c.attempt, c.priority, c.key
-          FROM claimed c CROSS JOIN hint h CROSS JOIN held
+          FROM claimed c CROSS JOIN hint h
+         -- The record finish_locked and fail_locked check, one entry a task (a filter is evaluated
+         -- once per row): undone with the locks by a rollback.
+         WHERE pg_catalog.set_config('skiplock.held',
+                   coalesce(NULLIF(pg_catalog.current_setting('skiplock.held', true), ''), ',')
+                   || pg_catalog.ltrim(queue._held_entry((SELECT k.key FROM queue.fence_key k),
+                                                          pg_catalog.pg_current_xact_id(), c.id), ','),
+                   true) IS NOT NULL
          ORDER BY c.priority, c.run_at, c.id;
         EXIT claim WHEN FOUND OR v_full;
         v_from_priority := NULL;  -- nothing due past the position: look from the beginning

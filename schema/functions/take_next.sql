@@ -104,6 +104,7 @@ BEGIN
     -- a long producer transaction's commit).
     -- Split, not regexp_match, whose capture groups are costly on the hot path. The
     -- pattern and the lengths only guard the casts: a value set by hand is ignored, not an error.
+    -- <claim position> (take_next and take_locked: the same text, tests/py/test_one_way.py)
     v_setting := pg_catalog.current_setting('skiplock.claim_hint', true);
     IF v_setting ~ '^-?[0-9]+/-?[0-9]+/[0-9]+/-?[0-9]+/' THEN
         v_hint := pg_catalog.string_to_array(v_setting, '/');
@@ -129,20 +130,22 @@ BEGIN
                AND c.run_at <= v_now
              ORDER BY c.priority, c.run_at, c.id
              LIMIT 1) IS NOT NULL THEN
-            v_from_priority := NULL;
+            v_from_priority := NULL;  -- a task of a lower priority number is due: from the beginning
         END IF;
     END IF;
+    -- </claim position>
 
     <<claim>>
     LOOP
+        -- <claim from the beginning> (the same text in take_next and take_locked)
         IF v_from_priority IS NULL THEN
-            -- From the beginning of the stage.
             v_from_priority := -2147483648;
             v_from_run_at   := timestamptz '-infinity';
             v_from_id       := 0;
             v_rescan_at     := ((pg_catalog.date_part('epoch', v_now) + 5) * 1000000)::bigint::text;
             v_full          := true;
         END IF;
+        -- </claim from the beginning>
         -- SQL tasks (run_as set) are run_sql_tasks', in a session of their role: skipped here.
         -- The ids go in as an array, not joined from a CTE: with batch unknown, the generic plan
         -- of a join assumes thousands of picked rows and hashes a Seq Scan of the table; = ANY
@@ -170,7 +173,8 @@ BEGIN
                        FOR UPDATE SKIP LOCKED))
             RETURNING t.id, t.payload, t.attempt, t.lease, t.lease_expires, t.priority, t.key, t.run_at
         ), hint AS (
-            -- The next claim of this session starts at the last task of this one.
+            -- <claim hint> (the same text in take_next and take_locked): the next claim of this
+            -- session starts at the last task of this one.
             SELECT pg_catalog.set_config('skiplock.claim_hint',
                        CASE WHEN pg_catalog.isfinite(l.run_at)
                             THEN pg_catalog.concat_ws('/', l.priority,
@@ -180,6 +184,7 @@ BEGIN
                        false) AS hint
               FROM (SELECT c.priority, c.run_at, c.id FROM claimed c
                      ORDER BY c.priority DESC, c.run_at DESC, c.id DESC LIMIT 1) l
+            -- </claim hint>
         )
         SELECT c.id, c.payload, c.attempt, c.lease, c.lease_expires, c.priority, c.key
           FROM claimed c CROSS JOIN hint h

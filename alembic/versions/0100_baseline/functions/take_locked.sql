@@ -63,6 +63,7 @@ BEGIN
     -- vacuum removes them (and all of them while an old snapshot holds it back). The same logic
     -- as take_next's, inline: a helper function's call costs more than the copy.
     -- Split, not regexp_match; the pattern and the lengths only guard the casts (see take_next).
+    -- <claim position> (take_next and take_locked: the same text, tests/py/test_one_way.py)
     v_setting := pg_catalog.current_setting('skiplock.claim_hint', true);
     IF v_setting ~ '^-?[0-9]+/-?[0-9]+/[0-9]+/-?[0-9]+/' THEN
         v_hint := pg_catalog.string_to_array(v_setting, '/');
@@ -91,6 +92,7 @@ BEGIN
             v_from_priority := NULL;  -- a task of a lower priority number is due: from the beginning
         END IF;
     END IF;
+    -- </claim position>
     -- SQL tasks (run_as set) are run_sql_tasks', in a session of their role: skipped here. SKIP
     -- LOCKED does not skip this transaction's own locks: a later take skips what skiplock.held lists
     -- (as ids: an <> ALL filter keeps the planner's estimate, and so the index scan, of the claim).
@@ -100,6 +102,7 @@ BEGIN
     END IF;
     <<claim>>
     LOOP
+        -- <claim from the beginning> (the same text in take_next and take_locked)
         IF v_from_priority IS NULL THEN
             v_from_priority := -2147483648;
             v_from_run_at   := timestamptz '-infinity';
@@ -107,6 +110,7 @@ BEGIN
             v_rescan_at     := ((pg_catalog.date_part('epoch', v_now) + 5) * 1000000)::bigint::text;
             v_full          := true;
         END IF;
+        -- </claim from the beginning>
         RETURN QUERY
         WITH claimed AS (
             SELECT c.id, c.payload, c.attempt + 1 AS attempt, c.priority, c.key, c.run_at
@@ -121,6 +125,8 @@ BEGIN
              LIMIT take_locked.batch
                FOR UPDATE SKIP LOCKED
         ), hint AS (
+            -- <claim hint> (the same text in take_next and take_locked): the next claim of this
+            -- session starts at the last task of this one.
             SELECT pg_catalog.set_config('skiplock.claim_hint',
                        CASE WHEN pg_catalog.isfinite(l.run_at)
                             THEN pg_catalog.concat_ws('/', l.priority,
@@ -130,6 +136,7 @@ BEGIN
                        false) AS hint
               FROM (SELECT c.priority, c.run_at, c.id FROM claimed c
                      ORDER BY c.priority DESC, c.run_at DESC, c.id DESC LIMIT 1) l
+            -- </claim hint>
         )
         SELECT c.id, c.payload, c.attempt, c.priority, c.key
           FROM claimed c CROSS JOIN hint h

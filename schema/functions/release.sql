@@ -38,8 +38,8 @@ BEGIN
     END IF;
 
     UPDATE queue.live_tasks t
-       SET status = CASE WHEN t.error_text IS NULL OR t.rerun THEN 'ready'::queue.task_status
-                         ELSE 'error'::queue.task_status END,
+       SET status = CASE WHEN t.error_text IS NULL OR t.rerun THEN 'ready'::queue.task_status_live
+                         ELSE 'error'::queue.task_status_live END,
            attempt = CASE WHEN t.rerun THEN 0 ELSE GREATEST(t.attempt - 1, 0) END,
            run_at = coalesce(pg_catalog.now() + release.retry_in, t.run_at),
            -- a re-run starts clean: the error belongs to the run it replaced

@@ -1,5 +1,5 @@
 CREATE OR REPLACE VIEW queue.tasks AS
-SELECT t.id, t.stage, t.status, t.priority, t.payload, t.key, t.attempt, t.run_at, t.error_text,
+SELECT t.id, t.stage, t.status::text::queue.task_status AS status, t.priority, t.payload, t.key, t.attempt, t.run_at, t.error_text,
        t.created, t.updated, t.started, NULL::timestamptz AS finished, t.worker, t.lease_expires,
        t.group_key, t.repeat, t.run_as, NULL::jsonb AS result
   FROM queue.live_tasks t

@@ -60,7 +60,7 @@ BEGIN
         -- A task enqueued again with mode 'rerun' while it ran starts over as fail() would
         -- queue it: ready at the run_at the re-run asked for, from attempt 0, no backoff.
         UPDATE queue.live_tasks t
-           SET status = CASE WHEN t.rerun THEN 'ready' ELSE 'error' END::queue.task_status,
+           SET status = CASE WHEN t.rerun THEN 'ready' ELSE 'error' END::queue.task_status_live,
                rerun = false,
                run_at = CASE WHEN t.rerun THEN t.run_at ELSE v_now + e.delay END,
                attempt = CASE WHEN t.rerun THEN 0 ELSE t.attempt END,

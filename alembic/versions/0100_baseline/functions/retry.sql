@@ -15,7 +15,7 @@ CREATE OR REPLACE FUNCTION queue.retry(id bigint, stage text DEFAULT NULL)
 AS $$
 DECLARE
     v_now    timestamptz := pg_catalog.now();
-    v_status queue.task_status;
+    v_status queue.task_status_live;
     v_last   record;  -- a queue.history row and its ctid
     v_stage  text;
     v_found  boolean;

@@ -11,7 +11,7 @@ WITH RECURSIVE history_stages AS (
       FROM history_stages s
      WHERE s.stage IS NOT NULL
 ), live AS (
-    SELECT t.stage, t.status, pg_catalog.count(*) AS tasks,
+    SELECT t.stage, t.status::text::queue.task_status AS status, pg_catalog.count(*) AS tasks,
            CASE WHEN t.status = 'running'
                 THEN pg_catalog.max(pg_catalog.now() - t.started)
                 ELSE pg_catalog.max(pg_catalog.now() - t.run_at) FILTER (WHERE t.run_at <= pg_catalog.now())

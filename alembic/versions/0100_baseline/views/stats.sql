@@ -1,5 +1,5 @@
 CREATE OR REPLACE VIEW queue.stats AS
-SELECT t.stage, t.status, pg_catalog.count(*) AS tasks,
+SELECT t.stage, t.status::text::queue.task_status AS status, pg_catalog.count(*) AS tasks,
        pg_catalog.count(*) FILTER (WHERE t.status <> 'running' AND t.run_at <= pg_catalog.now()) AS due,
        pg_catalog.now() - pg_catalog.min(t.created) AS oldest_age,
        pg_catalog.min(t.run_at) AS next_run_at,

@@ -1,0 +1,1 @@
+DROP TYPE IF EXISTS queue.task_status_live;

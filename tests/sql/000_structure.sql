@@ -80,10 +80,12 @@ SELECT is_empty(
          AND NOT (p.oid = 'queue._history_partitions()'::regprocedure
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp","DateStyle=ISO, YMD"}')
          -- _held_entry and _history_row are expressions the planner inlines into their (pinned)
-         -- callers; _settings, two probes, costs no more than the probes without a SET clause.
+         -- callers; _settings, two probes, costs no more than the probes without a SET clause;
+         -- _live_row_ok runs for every row written (the CHECK live_tasks_valid).
          AND NOT (p.oid IN ('queue._held_entry(text,xid8,bigint)'::regprocedure,
                             'queue._history_row(queue.live_tasks,queue.task_status,integer,text,text,timestamptz,timestamptz)'::regprocedure,
-                            'queue._settings(text)'::regprocedure)
+                            'queue._settings(text)'::regprocedure,
+                            'queue._live_row_ok(queue.task_status_live,integer,uuid,timestamptz,timestamptz,boolean,interval,timestamptz,text)'::regprocedure)
                   AND p.proconfig IS NULL)
          -- _mark_waiting never waits long: a take that finds its stage empty calls it.
          AND NOT (p.oid = 'queue._mark_waiting(text)'::regprocedure
@@ -95,7 +97,7 @@ SELECT is_empty(
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",TimeZone=UTC}')
          -- A procedure with a SET clause cannot COMMIT; run_sql_tasks qualifies every name.
          AND p.oid <> 'queue.run_sql_tasks(text,integer,text,integer)'::regprocedure$$,
-    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next and take_locked add plan_cache_mode=force_generic_plan, compact and rotate_partitions lock_timeout=100ms, rotate_partitions and _history_partitions DateStyle=ISO, YMD, _mark_waiting lock_timeout=10ms, _cron_next and _next_slot TimeZone=UTC, _held_entry, _history_row and _settings none) (listed: those that do not)'
+    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next and take_locked add plan_cache_mode=force_generic_plan, compact and rotate_partitions lock_timeout=100ms, rotate_partitions and _history_partitions DateStyle=ISO, YMD, _mark_waiting lock_timeout=10ms, _cron_next and _next_slot TimeZone=UTC, _held_entry, _history_row, _settings and _live_row_ok none) (listed: those that do not)'
 );
 
 -- Comments: what \df+ and \d+ show a DBA.

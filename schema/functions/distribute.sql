@@ -1,8 +1,8 @@
 -- distribute(): spread skiplock over a Citus cluster (run on the coordinator, as a superuser, after
 -- every upgrade). The hot table, the history and the waiter marks are distributed by stage in one
 -- colocation group; the small tables become reference tables; the worker-side calls are
--- registered for delegation by their stage argument (forced where a transaction must stay on one
--- node: the takes, which lock per stage, and the calls that end take_locked's tasks). Functions
+-- registered for delegation by their stage argument, forced for the worker calls (inside a
+-- transaction too: a take's per-stage lock and a task's row locks stay on one node). Functions
 -- that plan generically on one server plan per call here (Citus cannot route a generic plan).
 -- skiplock_owner gets LOGIN: Citus reaches the workers as the current user, which inside a
 -- SECURITY DEFINER call is skiplock_owner. Idempotent: returns one row per change it made.
@@ -81,11 +81,11 @@ BEGIN
                        ('queue.take_locked(text,integer)', true),
                        ('queue.consume(text,integer)', true),
                        ('queue.finish_and_take(bigint,uuid,text,integer,interval,text)', true),
-                       ('queue.finish(bigint,uuid,text,text)', false),
-                       ('queue.finish_batch(bigint[],uuid[],text)', false),
-                       ('queue.fail(bigint,uuid,text,boolean,interval,text)', false),
-                       ('queue.heartbeat(bigint,uuid,interval,text)', false),
-                       ('queue.release(bigint,uuid,interval,text)', false),
+                       ('queue.finish(bigint,uuid,text,text)', true),
+                       ('queue.finish_batch(bigint[],uuid[],text)', true),
+                       ('queue.fail(bigint,uuid,text,boolean,interval,text)', true),
+                       ('queue.heartbeat(bigint,uuid,interval,text)', true),
+                       ('queue.release(bigint,uuid,interval,text)', true),
                        ('queue.finish_locked(bigint,text,text)', true),
                        ('queue.fail_locked(bigint,text,boolean,interval,text,text)', true)) AS f (fn, force)
           JOIN pg_catalog.pg_proc p ON p.oid = f.fn::regprocedure

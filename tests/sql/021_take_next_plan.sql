@@ -19,7 +19,7 @@ SELECT ok(
 
 SELECT ok(
     pg_catalog.regexp_replace(p.prosrc, '\s+', ' ', 'g') LIKE
-        '%UPDATE queue.live_tasks t SET status = ''running'', attempt = t.attempt + 1, lease = pg_catalog.gen_random_uuid(), lease_expires = v_now + v_lease, started = v_now, updated = v_now, worker = take_next.worker WHERE t.id = ANY (ARRAY( SELECT c.id FROM queue.live_tasks c %',
+        '%UPDATE queue.live_tasks t SET status = ''running'', attempt = t.attempt + 1, lease = pg_catalog.md5(v_lease_seed || t.id::text)::uuid, lease_expires = v_now + v_lease, started = v_now, updated = v_now, worker = take_next.worker WHERE t.stage = take_next.stage AND t.id = ANY (ARRAY( SELECT c.id FROM queue.live_tasks c %',
     'take_next still updates the claimed rows by = ANY (ARRAY(claim query)), as copied below'
 )
   FROM pg_catalog.pg_proc p WHERE p.oid = 'queue.take_next(text,integer,interval,text)'::regprocedure;
@@ -127,9 +127,9 @@ SELECT c.priority
 -- Joining the claimed ids from a CTE instead planned a Hash Join over a Seq Scan of live_tasks.
 PREPARE claim_update(text, timestamptz, integer, interval, text, integer, timestamptz, bigint) AS
 UPDATE queue.live_tasks t
-   SET status = 'running', attempt = t.attempt + 1, lease = pg_catalog.gen_random_uuid(),
+   SET status = 'running', attempt = t.attempt + 1, lease = pg_catalog.md5('seed' || t.id::text)::uuid,
        lease_expires = $2 + $4, started = $2, updated = $2, worker = $5
- WHERE t.id = ANY (ARRAY(
+ WHERE t.stage = $1 AND t.id = ANY (ARRAY(
         SELECT c.id
           FROM queue.live_tasks c
          WHERE c.stage = $1

@@ -6,8 +6,8 @@
 -- that plan generically on one server plan per call here (Citus cannot route a generic plan).
 -- skiplock_owner gets LOGIN: Citus reaches the workers as the current user, which inside a
 -- SECURITY DEFINER call is skiplock_owner. Idempotent: returns one row per change it made.
--- Raises 0A000 when the citus extension is absent. Citus calls go through EXECUTE (absent on
--- plain PostgreSQL). Takes Citus's locks on each table it distributes.
+-- Raises 0A000 when the citus extension is absent. Citus calls go through EXECUTE format() (absent
+-- on plain PostgreSQL: plpgsql_check checks no such string). Takes Citus's locks on each table it distributes.
 CREATE OR REPLACE FUNCTION queue.distribute()
     RETURNS SETOF text
     LANGUAGE plpgsql
@@ -32,20 +32,20 @@ BEGIN
     FOREACH v_table IN ARRAY ARRAY['live_tasks', 'history', 'stage_waiters', 'stage_settings', 'stage_access',
                                    'history_policy', 'schedules', 'fence_key']
     LOOP
-        EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid = $1)'
+        EXECUTE pg_catalog.format('SELECT EXISTS (SELECT FROM pg_catalog.%I p WHERE p.logicalrelid = $1)', 'pg_dist_partition')
            INTO v_done USING pg_catalog.format('queue.%I', v_table)::regclass;
         CONTINUE WHEN v_done;
         IF v_table IN ('live_tasks', 'history', 'stage_waiters') THEN
-            EXECUTE 'SELECT pg_catalog.create_distributed_table($1, ''stage'', colocate_with => $2)'
+            EXECUTE pg_catalog.format('SELECT pg_catalog.%I($1, %L, colocate_with => $2)', 'create_distributed_table', 'stage')
               USING pg_catalog.format('queue.%I', v_table)::regclass,
                     CASE WHEN v_table = 'live_tasks' THEN 'none' ELSE 'queue.live_tasks' END;
             RETURN NEXT pg_catalog.format('distributed queue.%I by stage', v_table);
         ELSE
-            EXECUTE 'SELECT pg_catalog.create_reference_table($1)' USING pg_catalog.format('queue.%I', v_table)::regclass;
+            EXECUTE pg_catalog.format('SELECT pg_catalog.%I($1)', 'create_reference_table') USING pg_catalog.format('queue.%I', v_table)::regclass;
             RETURN NEXT pg_catalog.format('made queue.%I a reference table', v_table);
         END IF;
         -- The rows now live in the shards; the coordinator's copy is only dead weight.
-        EXECUTE 'SELECT pg_catalog.truncate_local_data_after_distributing_table($1)'
+        EXECUTE pg_catalog.format('SELECT pg_catalog.%I($1)', 'truncate_local_data_after_distributing_table')
           USING pg_catalog.format('queue.%I', v_table)::regclass;
     END LOOP;
     -- Citus cannot route a statement of a generic plan: those functions plan per call here.
@@ -64,11 +64,11 @@ BEGIN
           FROM pg_catalog.pg_proc p
          WHERE p.pronamespace = 'queue'::regnamespace AND p.prokind = 'f'
     LOOP
-        EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_object o
-                                 WHERE o.classid = ''pg_catalog.pg_proc''::regclass AND o.objid = $1)'
+        EXECUTE pg_catalog.format('SELECT EXISTS (SELECT FROM pg_catalog.%I o WHERE o.classid = %L::regclass AND o.objid = $1)',
+                                  'pg_dist_object', 'pg_catalog.pg_proc')
            INTO v_done USING v_call.fn::oid;
         IF NOT v_done THEN
-            EXECUTE 'SELECT pg_catalog.create_distributed_function($1)' USING v_call.fn;
+            EXECUTE pg_catalog.format('SELECT pg_catalog.%I($1)', 'create_distributed_function') USING v_call.fn;
         END IF;
     END LOOP;
     -- The calls that run on the node of their stage's shard.
@@ -90,13 +90,13 @@ BEGIN
                        ('queue.fail_locked(bigint,text,boolean,interval,text,text)', true)) AS f (fn, force)
           JOIN pg_catalog.pg_proc p ON p.oid = f.fn::regprocedure
     LOOP
-        EXECUTE 'SELECT o.distribution_argument_index || ''/'' || coalesce(o.force_delegation, false)
-                   FROM pg_catalog.pg_dist_object o
-                  WHERE o.classid = ''pg_catalog.pg_proc''::regclass AND o.objid = $1'
+        EXECUTE pg_catalog.format('SELECT o.distribution_argument_index || %L || coalesce(o.force_delegation, false)
+                                     FROM pg_catalog.%I o WHERE o.classid = %L::regclass AND o.objid = $1',
+                                  '/', 'pg_dist_object', 'pg_catalog.pg_proc')
            INTO v_current USING v_call.fn::oid;
         CONTINUE WHEN v_current = v_call.arg || '/' || v_call.force;
-        EXECUTE 'SELECT pg_catalog.create_distributed_function($1, $2, colocate_with => ''queue.live_tasks'',
-                                                              force_delegation => $3)'
+        EXECUTE pg_catalog.format('SELECT pg_catalog.%I($1, $2, colocate_with => %L, force_delegation => $3)',
+                                  'create_distributed_function', 'queue.live_tasks')
           USING v_call.fn, '$' || (v_call.arg + 1), v_call.force;
         RETURN NEXT pg_catalog.format('%s runs on its stage''s node%s', v_call.fn,
                                       CASE WHEN v_call.force THEN ', inside transactions too' ELSE '' END);

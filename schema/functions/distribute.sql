@@ -1,10 +1,11 @@
 -- distribute(): spread skiplock over a Citus cluster (run on the coordinator, as a superuser, after
 -- every upgrade). The hot table, the history and the waiter marks are distributed by stage in one
 -- colocation group; the small tables become reference tables; the worker-side calls are
--- registered for delegation by their stage argument, forced for the worker calls (inside a
--- transaction too: a take's per-stage lock and a task's row locks stay on one node). Functions
+-- registered for delegation by their stage argument, forced for the worker calls but finish (inside
+-- a transaction too: a take's per-stage lock and a task's row locks stay on one node). Functions
 -- that plan generically on one server plan per call here (Citus cannot route a generic plan).
--- skiplock_owner gets LOGIN: Citus reaches the workers as the current user, which inside a
+-- A stage left out defaults to '' (a NULL one crashes Citus's coordinator). skiplock_owner gets
+-- LOGIN: Citus reaches the workers as the current user, which inside a
 -- SECURITY DEFINER call is skiplock_owner. Idempotent: returns one row per change it made.
 -- Raises 0A000 when the citus extension is absent. Citus calls go through EXECUTE format() (absent
 -- on plain PostgreSQL: plpgsql_check checks no such string). Takes Citus's locks on each table it distributes.
@@ -81,7 +82,8 @@ BEGIN
                        ('queue.take_locked(text,integer)', true),
                        ('queue.consume(text,integer)', true),
                        ('queue.finish_and_take(bigint,uuid,text,integer,interval,text)', true),
-                       ('queue.finish(bigint,uuid,text,text)', true),
+                       -- not forced: a move to next_stage writes another stage's shard
+                       ('queue.finish(bigint,uuid,text,text)', false),
                        ('queue.finish_batch(bigint[],uuid[],text)', true),
                        ('queue.fail(bigint,uuid,text,boolean,interval,text)', true),
                        ('queue.heartbeat(bigint,uuid,interval,text)', true),
@@ -100,6 +102,18 @@ BEGIN
           USING v_call.fn, '$' || (v_call.arg + 1), v_call.force;
         RETURN NEXT pg_catalog.format('%s runs on its stage''s node%s', v_call.fn,
                                       CASE WHEN v_call.force THEN ', inside transactions too' ELSE '' END);
+    END LOOP;
+    -- A delegated call whose stage is NULL crashes the coordinator's backend (a Citus bug): a call
+    -- that leaves the stage out gets '' instead, which no task has (the answer for another stage).
+    FOR v_call IN
+        SELECT p.oid::regprocedure AS fn, pg_catalog.pg_get_functiondef(p.oid) AS def
+          FROM pg_catalog.pg_proc p
+         WHERE p.pronamespace = 'queue'::regnamespace  -- the delegated ones (cancel, retry: NULL is any stage)
+           AND p.proname IN ('finish', 'finish_batch', 'fail', 'heartbeat', 'release', 'finish_locked', 'fail_locked')
+           AND pg_catalog.strpos(pg_catalog.pg_get_function_arguments(p.oid), ', stage text DEFAULT NULL::text') > 0
+    LOOP
+        EXECUTE pg_catalog.replace(v_call.def, ', stage text DEFAULT NULL::text', ', stage text DEFAULT ''''::text');
+        RETURN NEXT pg_catalog.format('%s: a stage left out is '''', never NULL', v_call.fn);
     END LOOP;
     IF NOT (SELECT r.rolcanlogin FROM pg_catalog.pg_roles r WHERE r.rolname = 'skiplock_owner') THEN
         ALTER ROLE skiplock_owner LOGIN;

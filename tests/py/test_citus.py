@@ -234,7 +234,7 @@ WORKERS = 4
 DEADLINE = 600.0               # a bound against a hang, not a verdict
 
 
-def drain_worker(url: str, stop: threading.Event, stats: dict[str, int], lock: threading.Lock) -> None:
+def drain_worker(url: str, stop: threading.Event, stats: dict[str, Any], lock: threading.Lock) -> None:
     """Take, fail once when the payload says so, finish (moving on when it says so); on any error
     reconnect and go on: a task whose outcome was lost comes back by lease expiry (reap_hung)."""
     rng = random.Random()
@@ -257,9 +257,10 @@ def drain_worker(url: str, stop: threading.Event, stats: dict[str, int], lock: t
                     ok = conn.execute("SELECT queue.finish(%s, %s, %s, stage => %s)", (tid, lease, nxt, stage)).fetchone()[0]
                     with lock:
                         stats["finished" if ok else "stale"] += 1
-        except psycopg.Error:
+        except psycopg.Error as e:
             with lock:
                 stats["errors"] += 1
+                stats["last_error"] = str(e).splitlines()[0] if str(e) else repr(e)
             if conn is not None:
                 conn.close()
             conn = None
@@ -304,7 +305,7 @@ def test_a_drain_by_four_workers_across_a_killed_backend_and_a_restarted_node_lo
 
         stop = threading.Event()
         lock = threading.Lock()
-        stats = {"finished": 0, "stale": 0, "errors": 0}
+        stats: dict[str, Any] = {"finished": 0, "stale": 0, "errors": 0, "last_error": None}
         threads = [threading.Thread(target=drain_worker, args=(url, stop, stats, lock)) for _ in range(WORKERS)]
         for t in threads:
             t.start()
@@ -340,7 +341,7 @@ def test_a_drain_by_four_workers_across_a_killed_backend_and_a_restarted_node_lo
                               " GROUP BY id, stage HAVING count(*) > 1").fetchall()
         other = admin.execute("SELECT status, count(*) FROM queue.history WHERE stage LIKE 'drain.%'"
                               " AND status <> 'done' GROUP BY 1").fetchall()
-    assert twice == [], "finished twice"
-    assert other == [], "ended other than done"
-    assert done == expected, "lost tasks"
+    assert twice == [], f"finished twice ({stats})"
+    assert other == [], f"ended other than done ({stats})"
+    assert done == expected, f"lost tasks ({stats})"
     assert stats["errors"] >= 1, "the faults reached no worker: they proved nothing"

@@ -107,8 +107,11 @@ class CitusCluster:
                     "max_prepared_transactions": "100", "shared_buffers": "64MB",
                     "citus.max_shared_pool_size": "200"}
         self.database = database
-        self.coordinator = devdb.Cluster(settings=settings)
-        self.workers = [devdb.Cluster(settings=settings) for _ in range(workers)]
+        # Durable, unlike the other test clusters: a finish that moves a task to a stage on another
+        # node commits on both in two phases, and a crash that loses one node's asynchronous
+        # commit (fsync or synchronous_commit off) would let that step run twice.
+        self.coordinator = devdb.Cluster(durable=True, settings=settings)
+        self.workers = [devdb.Cluster(durable=True, settings=settings) for _ in range(workers)]
 
     @property
     def nodes(self) -> list[devdb.Cluster]:

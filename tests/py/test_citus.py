@@ -175,6 +175,34 @@ def test_each_hot_path_call_is_one_statement_on_its_stages_worker(url: str, node
     r.conn.close()
 
 
+def test_take_locked_and_finish_locked_in_one_transaction_on_the_stages_worker(url: str, nodes: citus.CitusCluster) -> None:
+    """The issue saw take_locked hand the same task twice in one transaction and finish_locked
+    answer false unless delegation was forced: both run on the stage's node, each task once."""
+    workers = [w.port for w in nodes.workers if w.port is not None]
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[5]), 'locked')")
+    r = Remote(url)
+    with r.conn.transaction():
+        first, sent = r.call("SELECT id FROM queue.take_locked('locked', 2)")
+        port = one_worker(sent, "take_locked", workers)
+        second, sent = r.call("SELECT id FROM queue.take_locked('locked', 2)")
+        assert one_worker(sent, "take_locked", workers) == port
+        ids = [row[0] for row in first + second]
+        assert len(ids) == 4 and len(set(ids)) == 4, ids
+        for tid in ids[:3]:
+            [(ok,)], sent = r.call("SELECT queue.finish_locked(%s, stage => 'locked')", (tid,))
+            assert ok is True and one_worker(sent, "finish_locked", workers) == port
+        [(ok,)], sent = r.call("SELECT queue.fail_locked(%s, 'no', stage => 'locked')", (ids[3],))
+        assert ok is True and one_worker(sent, "fail_locked", workers) == port
+        # a task already ended in this transaction is not ended again
+        assert r.call("SELECT queue.finish_locked(%s, stage => 'locked')", (ids[0],))[0] == [(False,)]
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT count(*) FROM queue.history WHERE stage = 'locked' AND status = 'done'").fetchone() == (3,)
+        assert conn.execute("SELECT status::text, count(*) FROM queue.live_tasks WHERE stage = 'locked'"
+                            " GROUP BY 1 ORDER BY 1").fetchall() == [("error", 1), ("ready", 1)]
+    r.conn.close()
+
+
 def test_a_null_stage_never_reaches_a_delegated_call(url: str) -> None:
     for bad in (None, ""):
         with pytest.raises(ValueError, match="non-empty name"):

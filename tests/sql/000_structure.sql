@@ -18,6 +18,7 @@ SELECT set_eq(
         'queue.configure_history(interval,integer,interval,text,interval)',
         'queue.configure_stage(text,interval,integer,text,interval,interval,real,boolean,integer,integer,boolean)',
         'queue.consume(text,integer)',
+        'queue.distribute()',
         'queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text,interval,boolean,text)',
         'queue.enqueue_batch(jsonb[],text,integer,timestamp with time zone,text)',
         'queue.enqueue_sql(text,text,timestamp with time zone,interval,integer,text,text,interval,boolean,integer,boolean)',
@@ -55,8 +56,10 @@ SELECT is_empty(
          -- SECURITY DEFINER, and the watchdog signals the caller's own backends.
          AND p.oid NOT IN ('queue.run_sql_tasks(text,integer,text,integer)'::regprocedure,
                            'queue.cancel_overdue_sql_tasks()'::regprocedure,
-                           'queue.stop_sql_executor(integer)'::regprocedure)$$,
-    'every public function is SECURITY DEFINER but the SQL executor''s run_sql_tasks, cancel_overdue_sql_tasks and stop_sql_executor (listed: others)'
+                           'queue.stop_sql_executor(integer)'::regprocedure,
+                           -- Citus reaches its nodes as the current user: a superuser's call.
+                           'queue.distribute()'::regprocedure)$$,
+    'every public function is SECURITY DEFINER but the SQL executor''s run_sql_tasks, cancel_overdue_sql_tasks and stop_sql_executor, and distribute (listed: others)'
 );
 
 -- The exact text stored in proconfig: a SECURITY DEFINER function must not resolve names through
@@ -241,8 +244,10 @@ SELECT set_eq(
          AND pg_catalog.has_function_privilege('skiplock_admin', p.oid, 'EXECUTE')$$,
     $$SELECT p.oid::regprocedure::text
         FROM pg_catalog.pg_proc p
-       WHERE p.pronamespace = 'queue'::regnamespace AND (p.proname !~ '^_' OR p.proname ~ '^_sql_')$$,
-    'skiplock_admin may execute every public function and no helper but the SQL executor''s (_sql_*, as a member of skiplock_sql)'
+       WHERE p.pronamespace = 'queue'::regnamespace AND (p.proname !~ '^_' OR p.proname ~ '^_sql_')
+         -- distribute() is the superuser's (Citus's own functions need a table's owner).
+         AND p.proname <> 'distribute'$$,
+    'skiplock_admin may execute every public function but distribute and no helper but the SQL executor''s (_sql_*, as a member of skiplock_sql)'
 );
 
 SELECT is_empty(

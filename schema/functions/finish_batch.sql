@@ -74,13 +74,16 @@ BEGIN
            AND NOT t.rerun AND t.repeat IS NOT NULL
            AND (finish_batch.stage IS NULL OR t.stage = finish_batch.stage)
            FOR UPDATE OF t
+    ), slots AS MATERIALIZED (
+        -- The next slot apart from the UPDATE: Citus calls no STABLE function on a column there.
+        SELECT c.id, c.stage, queue._next_slot(c.slot, c.repeat, c.drift, v_now) AS next_slot FROM cur c
     ), rearmed AS (
         UPDATE queue.live_tasks t
            SET status = 'ready', attempt = 0, run_at = n.next_slot, slot = n.next_slot,
                lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
                error_text = NULL, updated = v_now
-          FROM cur c CROSS JOIN LATERAL (SELECT queue._next_slot(c.slot, c.repeat, c.drift, v_now) AS next_slot) n
-         WHERE t.id = c.id AND t.stage = c.stage
+          FROM slots n
+         WHERE t.id = n.id AND t.stage = n.stage
     )
     INSERT INTO queue.history
     SELECT (queue._history_row(c::queue.live_tasks, 'done', c.attempt, c.worker, c.error_text, c.started, v_now)).*

@@ -69,13 +69,16 @@ BEGIN
           FROM queue.live_tasks t
          WHERE t.id = finish_locked.id AND t.status IN ('ready', 'error') AND t.repeat IS NOT NULL
            AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
+    ), slots AS MATERIALIZED (
+        -- The next slot apart from the UPDATE: Citus calls no STABLE function on a column there.
+        SELECT c.id, c.stage, queue._next_slot(c.slot, c.repeat, c.drift, v_now) AS next_slot FROM cur c
     ), rearmed AS (
         UPDATE queue.live_tasks t
            SET status = 'ready', attempt = 0, run_at = n.next_slot, slot = n.next_slot,
                lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
                error_text = NULL, updated = v_now
-          FROM cur c CROSS JOIN LATERAL (SELECT queue._next_slot(c.slot, c.repeat, c.drift, v_now) AS next_slot) n
-         WHERE t.id = c.id AND t.stage = c.stage
+          FROM slots n
+         WHERE t.id = n.id AND t.stage = n.stage
     )
     INSERT INTO queue.history
     SELECT (queue._history_row(c::queue.live_tasks, 'done', c.attempt + 1, finish_locked.worker, c.error_text, pg_catalog.now(), v_now)).*

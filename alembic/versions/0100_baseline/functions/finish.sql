@@ -56,13 +56,16 @@ BEGIN
              WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NOT NULL
                AND (finish.stage IS NULL OR t.stage = finish.stage)
                FOR UPDATE
+        ), slots AS MATERIALIZED (
+            -- The next slot apart from the UPDATE: Citus calls no STABLE function on a column there.
+            SELECT c.id, c.stage, queue._next_slot(c.slot, c.repeat, c.drift, v_now) AS next_slot FROM cur c
         ), rearmed AS (
             UPDATE queue.live_tasks t
                SET status = 'ready', attempt = 0, run_at = n.next_slot, slot = n.next_slot,
                    lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
                    error_text = NULL, updated = v_now
-              FROM cur c CROSS JOIN LATERAL (SELECT queue._next_slot(c.slot, c.repeat, c.drift, v_now) AS next_slot) n
-             WHERE t.id = c.id AND t.stage = c.stage
+              FROM slots n
+             WHERE t.id = n.id AND t.stage = n.stage
         )
         INSERT INTO queue.history
         SELECT (queue._history_row(c::queue.live_tasks, 'done', c.attempt, c.worker, c.error_text, c.started, v_now)).*
@@ -79,9 +82,8 @@ BEGIN
             PERFORM queue._check_access(finish.next_stage, 'enqueue');
         END IF;
         BEGIN
-            IF pg_catalog.current_setting('citus.version', true) IS NOT NULL THEN
-            -- Citus: the stage is the distribution key, which no UPDATE may change: the row moves
-            -- by DELETE and INSERT (perhaps to another node), with its id.
+            -- The row moves by DELETE and INSERT, with its id: the stage is in the key, and on Citus
+            -- it is the distribution key, which no UPDATE may change (the row may change node).
             WITH cur AS (
                 DELETE FROM queue.live_tasks t
                  WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NULL
@@ -95,32 +97,10 @@ BEGIN
                        c.created, v_now, c.drift, c.group_key, c.run_as
                   FROM cur c
             )
-            INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
-                                       error_text, created, started, finished, group_key, run_as)
-            SELECT c.id, c.stage, 'done', c.priority, c.run_at, c.payload, c.key, c.attempt, c.worker,
-                   c.error_text, c.created, c.started, v_now, c.group_key, c.run_as
-              FROM cur c;
-            GET DIAGNOSTICS v_count = ROW_COUNT;
-            ELSE
-            WITH cur AS (
-                SELECT t.*
-                  FROM queue.live_tasks t
-                 WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NULL
-                   AND (finish.stage IS NULL OR t.stage = finish.stage)
-                   FOR UPDATE
-            ), moved AS (
-                UPDATE queue.live_tasks t
-                   SET stage = finish.next_stage, status = 'ready', attempt = 0, run_at = v_now,
-                       lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
-                       error_text = NULL, updated = v_now
-                  FROM cur c
-                 WHERE t.id = c.id AND t.stage = c.stage
-            )
             INSERT INTO queue.history
             SELECT (queue._history_row(c::queue.live_tasks, 'done', c.attempt, c.worker, c.error_text, c.started, v_now)).*
               FROM cur c;
             GET DIAGNOSTICS v_count = ROW_COUNT;
-            END IF;
         EXCEPTION WHEN unique_violation THEN
             RAISE EXCEPTION 'key already taken in the next stage'
                 USING ERRCODE = 'SK002',

@@ -36,7 +36,7 @@ DO $$ BEGIN RAISE EXCEPTION 'revision {rev}: {rel} changed; write the {what} in 
 # are refused by name in alembic/env.py. New revisions number on from the baseline.
 BASELINE = "0100"
 # Set once 0.1.0 is declared: from then on the baseline is a landed revision and never rewritten.
-RELEASED = False
+RELEASED = True
 
 TEMPLATE = '''"""{message}
 

@@ -65,9 +65,10 @@ def prepare_tap_database(admin_url: str, template: str | None = None, name: str 
     return url
 
 
-def prepare_tap_databases(admin_url: str, template: str | None = None, count: int = TAP_JOBS) -> list[str]:
+def prepare_tap_databases(admin_url: str, template: str | None = None, count: int = TAP_JOBS,
+                          plpgsql_check: bool = True) -> list[str]:
     """`count` pgTAP databases, one for each pg_prove that run_pg_prove runs side by side."""
-    return [prepare_tap_database(admin_url, template, TAP_DB if k == 0 else f"{TAP_DB}_{k + 1}")
+    return [prepare_tap_database(admin_url, template, TAP_DB if k == 0 else f"{TAP_DB}_{k + 1}", plpgsql_check)
             for k in range(count)]
 
 
@@ -152,8 +153,10 @@ def run_pg_prove(urls: str | list[str]) -> int:
     return code if tests > 0 else 1
 
 
-def run_pytest(admin_url: str, extra: list[str], template: str | None = None) -> int:
-    env = dict(os.environ)
+def run_pytest(admin_url: str, extra: list[str], template: str | None = None,
+               environment: dict[str, str] | None = None) -> int:
+    """pytest on admin_url's server (copies of `template` when given), `environment` added to ours."""
+    env = {**os.environ, **(environment or {})}
     env.pop("DATABASE_URL", None)  # the tests must never find the user's database
     env["SKIPLOCK_TEST_ADMIN_URL"] = admin_url
     if template is not None:

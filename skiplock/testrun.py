@@ -1,17 +1,21 @@
-"""`make test`: lint (ruff, mypy), the pgTAP suite through pg_prove, the other PostgreSQL majors,
-then pytest, on a cluster of the tests' own. A lint finding stops the run before any database starts.
+"""`make test`: lint (ruff, mypy), the pgTAP suite through pg_prove, then pytest, on a cluster of
+the tests' own, with the other PostgreSQL majors running beside them. A lint finding stops the
+run before any database starts.
 
 It never reads DATABASE_URL: tests drop and rebuild schema queue. It starts a throwaway cluster,
 or uses TEST_DATABASE_URL, a server where it may create and drop its own databases.
-pytest runs last so that its summary is the last line printed.
+The last line printed is the verdict of the whole run.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import tempfile
 
 from skiplock import citus, devdb, lint, versions
+from skiplock.sqlfiles import ROOT
 from skiplock.testdb import (
     TEMPLATE_ENV,
     create_database,
@@ -36,8 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     explicit = os.environ.get("TEST_DATABASE_URL")
     cluster = None
     template = None
-    code = 1
-    with devdb.stopped_on_signals():
+    others: subprocess.Popen | None = None
+    codes: dict[str, int] = {}
+    with devdb.stopped_on_signals(), tempfile.TemporaryFile("w+") as others_log:
         try:
             if explicit:
                 admin_url = explicit
@@ -45,21 +50,40 @@ def main(argv: list[str] | None = None) -> int:
                 print("starting a throwaway PostgreSQL cluster for the tests", flush=True)
                 cluster = devdb.Cluster(durable=False).start()
                 admin_url = cluster.url()
+            major = versions.major_at(admin_url)
+            # The other supported majors (skiplock/versions.py), pgTAP and a set of pytest modules
+            # each, in clusters of their own, run beside this major's suites: much of pytest's time
+            # is spent waiting (subprocesses starting, leases running out, a held snapshot), and
+            # the CPU it leaves idle runs them. Their output comes after pytest's.
+            majors = versions.others(major)
+            if majors:
+                others = subprocess.Popen([sys.executable, "-m", "skiplock.versions", *map(str, majors)],
+                                          cwd=ROOT, stdin=subprocess.DEVNULL, stdout=others_log,
+                                          stderr=subprocess.STDOUT)
             template = prepare_template(admin_url)  # migrated once; every test database is a copy
-            tap_code = run_pg_prove(prepare_tap_databases(admin_url, template))
-            # The other supported majors (skiplock/versions.py): pgTAP and a set of pytest modules
-            # each, before this major's pytest, so that pytest's summary is the last line printed.
-            others_code = versions.run_others(versions.major_at(admin_url))
+            codes[f"pgTAP on {major}"] = run_pg_prove(prepare_tap_databases(admin_url, template))
             if not citus.installed():
                 print(citus.skipped_line(), flush=True)  # the file skips itself too
-            py_code = run_pytest(admin_url, extra, template)
-            code = tap_code or others_code or py_code
+            codes[f"pytest on {major}"] = run_pytest(admin_url, extra, template)
+            if others is not None:
+                if others.poll() is None:
+                    print(f"\nwaiting for the other majors ({', '.join(map(str, majors))})", flush=True)
+                codes[f"other majors ({' '.join(map(str, majors))})"] = others.wait()
+                others = None
+                others_log.seek(0)
+                sys.stdout.write(others_log.read())
         finally:
+            if others is not None:  # interrupted: it stops its clusters on SIGTERM
+                others.terminate()
+                others.wait()
             if cluster is not None:
                 cluster.stop()
             elif template is not None:
                 drop_template(admin_url, template)
-    return code
+    failed = [what for what, code in codes.items() if code != 0]
+    # The last line printed: the verdict of the whole run (pytest's own summary is above).
+    print(f"\nmake test: {'FAILED: ' + ', '.join(failed) if failed else 'PASS'} ({', '.join(codes)})", flush=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

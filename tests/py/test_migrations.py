@@ -195,7 +195,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # file missing from the package list.
     source, out = tmp_path_factory.mktemp("source") / "skiplock", tmp_path_factory.mktemp("wheel")
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "*.egg-info", "__pycache__", "out", "node_modules"))
+        ".git", ".venv", ".pg", "build", "*.egg-info", "__pycache__", "out", "node_modules"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check",
                     "-w", str(out), str(source)], check=True, cwd=out, timeout=300)
     return next(out.glob("skiplock-*.whl"))

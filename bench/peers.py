@@ -10,6 +10,7 @@ through `procrastinate schema --apply`, PgQueuer's through `pgq install`, PgQ as
 
     python -m bench.peers                      # W1, W2, W2b at 4 and 16 clients, 10 s a cell
     python -m bench.peers --seconds 3 --clients 4 --only W1   # a quick look
+    python -m bench.peers --report bench/out/peers-….json   # PEERS.md again from a run's figures
 """
 
 from __future__ import annotations
@@ -353,11 +354,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--clients", default="4,16", help="client counts, comma-separated (default 4,16)")
     parser.add_argument("--only", help=f"workloads out of {','.join(WORKLOADS)}")
     parser.add_argument("--no-publish", action="store_true", help="write bench/out/PEERS.md only")
+    parser.add_argument("--report", metavar="JSON", help="only write PEERS.md again from a run's bench/out/peers-*.json")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.report:
+        text = markdown(json.loads(Path(args.report).read_text()))
+        (BENCH_DIR / "PEERS.md").write_text(text)
+        print(text)
+        return 0
     clients = tuple(int(c) for c in args.clients.split(","))
     only = set(args.only.split(",")) if args.only else set(WORKLOADS)
     started = datetime.now(timezone.utc)
@@ -451,7 +458,7 @@ def markdown(result: dict) -> str:
         "rows its completion deleted; Procrastinate: jobs `succeeded`; PgQ: events of finished batches), over "
         "pgbench's measured time, so empty polls never count as work.",
         "",
-        "| workload | system | driven through | " + " | ".join(f"{c} clients" for c in clients) + " |",
+        "| workload | system | driven through | " + " | ".join(f"{c} client{'s' if c > 1 else ''}" for c in clients) + " |",
         "|---|---|---|" + "--:|" * len(clients),
     ]
     rows: dict[tuple[str, str, str], dict[int, dict]] = {}

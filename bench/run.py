@@ -314,7 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         # Its own file, written whenever the part ran (--only latency included; a --quick run only into
         # bench/out/): bench/LATENCY.md keeps the latest measurement.
         text = "# Latency: enqueue to start\n\n" + latency.markdown(
-            lat_result, results["started"], f"{m['nproc']} CPUs, {m['postgres'].split(' on ')[0]}, default durability") \
+            lat_result, results["started"],
+            f"{m['nproc']} CPUs, {m['postgres'].split(' on ')[0]}, default durability, load average "
+            f"{m['loadavg']} at the start and {m['loadavg_end']} at the end") \
             + f"\nWritten by `{results['command'].split('    #')[0]}`; raw figures in `{results['json']}`.\n"
         (OUT_DIR / "LATENCY.md").write_text(text)
         if not args.quick:

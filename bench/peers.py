@@ -6,7 +6,8 @@ bench/out/peers-*.json.
 
 The peers are installed by the Makefile target from this machine's registries (npm, PyPI, Debian),
 into .peers/ (not committed): Graphile Worker's schema goes in through its own CLI, Procrastinate's
-through `procrastinate schema --apply`, PgQueuer's through `pgq install`, PgQ as the extension.
+through `procrastinate schema --apply`, PgQ as the extension. PgQueuer is not driven: its queries
+exist only inside its Python library (bench/PEERS.md says so).
 
     python -m bench.peers                      # W1, W2, W2b at 4 and 16 clients, 10 s a cell
     python -m bench.peers --seconds 3 --clients 4 --only W1   # a quick look
@@ -48,7 +49,7 @@ GRAPHILE_WORKER = "bench-peers"              # locked_by of the Graphile driver'
 @dataclass
 class Cell:
     workload: str        # W1 (enqueue), W2 (take one + finish), W2b (batches of 100), ceiling
-    system: str          # ceiling, skiplock, graphile, procrastinate, pgqueuer, pgq
+    system: str          # ceiling, skiplock, graphile, procrastinate, pgq
     variant: str         # what was driven, as the table shows it
     clients: int
     seconds: float
@@ -122,12 +123,6 @@ def install_procrastinate(cluster: devdb.Cluster, system: System) -> None:
         "import procrastinate\n\napp = procrastinate.App(connector=procrastinate.PsycopgConnector())\n")
     _run([str(PEERS_PY / "procrastinate"), "--app=peers_procrastinate_app.app", "schema", "--apply"],
          env={**_libpq_env(cluster, system.dbname), "PYTHONPATH": str(PEERS_DIR)})
-
-
-def install_pgqueuer(cluster: devdb.Cluster, system: System) -> None:
-    """Its own CLI: `pgq install`."""
-    _run([str(PEERS_PY / "pgq"), "install"], env={**_libpq_env(cluster, system.dbname),
-                                                   "PGDSN": _tcp_url(cluster, system.dbname)})
 
 
 def install_pgq(cluster: devdb.Cluster, system: System) -> None:
@@ -219,7 +214,7 @@ PGQ = System(
 CEILING = System("ceiling", designs.SKIPLOCK.dbname, reset_sql=("TRUNCATE ceiling",))
 
 LABELS = {"ceiling": "plain INSERT", "skiplock": "skiplock", "graphile": "Graphile Worker",
-          "procrastinate": "Procrastinate", "pgqueuer": "PgQueuer", "pgq": "PgQ"}
+          "procrastinate": "Procrastinate", "pgq": "PgQ"}
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl postgresql-15-plpgsql-check postgresql-15-cron libfaketime pgbouncer
 
-.PHONY: demo test lint docs bench bench-peers peers-packages profile revision baseline check-schema system-packages venv venv-bench clean
+.PHONY: demo test test-citus citus lint docs bench bench-peers peers-packages profile revision baseline check-schema system-packages venv venv-bench clean
 
 ## demo: a throwaway cluster (or DATABASE_URL), migrations, workers draining a pipeline, a summary
 demo: venv
@@ -13,6 +13,14 @@ demo: venv
 ## test: lint, then pgTAP (pg_prove) and pytest against a throwaway cluster; never DATABASE_URL (TEST_ARGS go to pytest)
 test: system-packages venv
 	$(PY) -m skiplock.testrun $(TEST_ARGS)
+
+## test-citus: Citus scale-out tests on a coordinator + two workers; builds Citus from ../shared/citus/ when citus.so is absent
+test-citus: venv
+	$(PY) -m skiplock.citus $(TEST_ARGS)
+
+## citus: build and install Citus from ../shared/citus/ when citus.so is absent (then `make test` runs its tests)
+citus: venv
+	$(PY) -m skiplock.citus --build-only
 
 ## lint: ruff (all Python) and mypy (skiplock/), as configured in pyproject.toml; `make test` runs it first
 lint: venv

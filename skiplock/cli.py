@@ -73,6 +73,17 @@ def run_maintain(args: argparse.Namespace) -> int:
     return cmd_maintain.run(database_url(args), args)
 
 
+def run_distribute(args: argparse.Namespace) -> int:
+    """queue.distribute() on a Citus coordinator: what it changed, one line each (nothing: already done)."""
+    with connect.connect(database_url(args)) as conn:
+        changes = [row[0] for row in conn.execute("SELECT * FROM queue.distribute()").fetchall()]
+    for change in changes:
+        print(change)
+    if not changes:
+        print("already distributed: nothing to do")
+    return 0
+
+
 def run_demo(args: argparse.Namespace) -> int:
     # No dev-cluster fallback here: without --db or DATABASE_URL the demo starts its own cluster.
     return demo.main(tasks=args.tasks, workers=args.workers, url=getattr(args, "db", None))
@@ -253,6 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--every", type=_seconds(), default=60.0, metavar="SECONDS", help="seconds between calls (default 60)")
     p.add_argument("--once", action="store_true", help="call it once and exit")
     p.set_defaults(func=run_maintain)
+
+    p = sub.add_parser("distribute", parents=[db], help="Citus: distribute schema queue by stage over the cluster (queue.distribute())",
+                       description="On a Citus coordinator (the citus extension and its workers in place), as a superuser: "
+                                   "distribute the hot table and the history by stage, make the small tables reference "
+                                   "tables and route the worker calls to their stage's node. Run it again after each "
+                                   "`skiplock upgrade`; a run with nothing to change says so. Refused without Citus.")
+    p.set_defaults(func=run_distribute)
 
     p = sub.add_parser("demo", parents=[db], help="enqueue tasks and drain them with worker processes, then summarise",
                        description="The demo: a throwaway cluster (or the database of --db or DATABASE_URL), "

@@ -137,7 +137,10 @@ $$;
     if rel.startswith("views/"):
         return f"DROP VIEW IF EXISTS queue.{name};\n"
     if rel.startswith("tables/"):
-        return f"DROP TABLE IF EXISTS queue.{name};\n"
+        # A function a table's CHECK calls is defined in the table's file, before the table.
+        path = SCHEMA_DIR / rel
+        helpers = re.findall(r"CREATE (?:OR REPLACE )?FUNCTION queue\.(\w+)\(", path.read_text()) if path.exists() else []
+        return f"DROP TABLE IF EXISTS queue.{name};\n" + "".join(f"DROP FUNCTION IF EXISTS queue.{h};\n" for h in helpers)
     if rel.startswith("types/"):
         return f"DROP TYPE IF EXISTS queue.{name};\n"
     return f"-- nothing to undo for {rel}\n"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from skiplock import devdb, lint, versions
+from skiplock import citus, devdb, lint, versions
 from skiplock.testdb import (
     TEMPLATE_ENV,
     create_database,
@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
             # The other supported majors (skiplock/versions.py): pgTAP and a set of pytest modules
             # each, before this major's pytest, so that pytest's summary is the last line printed.
             others_code = versions.run_others(versions.major_at(admin_url))
+            if not citus.installed():
+                print(citus.skipped_line(), flush=True)  # the file skips itself too
             py_code = run_pytest(admin_url, extra, template)
             code = tap_code or others_code or py_code
         finally:

@@ -67,9 +67,20 @@ def channel(stage: str) -> str:
     return "skiplock." + stage
 
 
+def require_stage(stage: object) -> str:
+    """The stage a call is routed by, refused here when it is not a name: on Citus a delegated call
+    with a NULL distribution argument crashes the coordinator's backend (a Citus bug), so no call
+    of this client ever sends one."""
+    if not isinstance(stage, str) or not stage:
+        raise ValueError(f"a stage must be a non-empty name, not {stage!r}: on Citus every call is routed by it")
+    return stage
+
+
 class Worker:
     def __init__(self, url: str, handlers: dict[str, Handler], batch: int = 10,
                  idle_wait: float = 1.0, name: str | None = None) -> None:
+        for stage in handlers:
+            require_stage(stage)
         self.url = url
         self.handlers = handlers
         self.batch = batch

@@ -10,22 +10,26 @@ CREATE OR REPLACE FUNCTION queue._wake_waiters(stage text)
     SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    -- Two tests, not one expression: Citus runs a query on stage_waiters on its shard, where a
+    -- function that queries stage_settings may not run.
     IF EXISTS (SELECT 1 FROM queue.stage_waiters w
-                WHERE w.stage = _wake_waiters.stage AND w.until > pg_catalog.now())
-       AND (queue._settings(_wake_waiters.stage)).notify THEN
+                WHERE w.stage = _wake_waiters.stage AND w.until > pg_catalog.now()) THEN
+      IF (queue._settings(_wake_waiters.stage)).notify THEN
         -- One NOTIFY per wait: the first wake-up ends the mark, and the worker marks the stage
         -- again when a take next finds it empty. SKIP LOCKED: never wait on another writer of the
         -- mark; notify anyway then, so that its rollback cannot leave this task unannounced.
         BEGIN
             UPDATE queue.stage_waiters w
                SET until = '-infinity'
-             WHERE w.stage = (SELECT l.stage FROM queue.stage_waiters l
+             WHERE w.stage = _wake_waiters.stage  -- the shard's key, for Citus
+               AND w.stage = (SELECT l.stage FROM queue.stage_waiters l
                                WHERE l.stage = _wake_waiters.stage AND l.until > pg_catalog.now()
                                  FOR UPDATE SKIP LOCKED);
         EXCEPTION WHEN serialization_failure THEN
             NULL;  -- a REPEATABLE READ caller: another wake-up ended the mark since its snapshot
         END;
         PERFORM pg_catalog.pg_notify('skiplock.' || _wake_waiters.stage, '');
+      END IF;
     END IF;
 END
 $$;

@@ -79,6 +79,29 @@ BEGIN
             PERFORM queue._check_access(finish.next_stage, 'enqueue');
         END IF;
         BEGIN
+            IF pg_catalog.current_setting('citus.version', true) IS NOT NULL THEN
+            -- Citus: the stage is the distribution key, which no UPDATE may change: the row moves
+            -- by DELETE and INSERT (perhaps to another node), with its id.
+            WITH cur AS (
+                DELETE FROM queue.live_tasks t
+                 WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NULL
+                   AND (finish.stage IS NULL OR t.stage = finish.stage)
+                RETURNING t.*
+            ), moved AS (
+                INSERT INTO queue.live_tasks (id, stage, status, priority, run_at, payload, key, attempt,
+                                              created, updated, drift, group_key, run_as)
+                OVERRIDING SYSTEM VALUE
+                SELECT c.id, finish.next_stage, 'ready', c.priority, v_now, c.payload, c.key, 0,
+                       c.created, v_now, c.drift, c.group_key, c.run_as
+                  FROM cur c
+            )
+            INSERT INTO queue.history (id, stage, status, priority, run_at, payload, key, attempt, worker,
+                                       error_text, created, started, finished, group_key, run_as)
+            SELECT c.id, c.stage, 'done', c.priority, c.run_at, c.payload, c.key, c.attempt, c.worker,
+                   c.error_text, c.created, c.started, v_now, c.group_key, c.run_as
+              FROM cur c;
+            GET DIAGNOSTICS v_count = ROW_COUNT;
+            ELSE
             WITH cur AS (
                 SELECT t.*
                   FROM queue.live_tasks t
@@ -97,6 +120,7 @@ BEGIN
             SELECT (queue._history_row(c::queue.live_tasks, 'done', c.attempt, c.worker, c.error_text, c.started, v_now)).*
               FROM cur c;
             GET DIAGNOSTICS v_count = ROW_COUNT;
+            END IF;
         EXCEPTION WHEN unique_violation THEN
             RAISE EXCEPTION 'key already taken in the next stage'
                 USING ERRCODE = 'SK002',

@@ -1,6 +1,29 @@
 -- The hot table: only tasks that can still run (ready, running, error). A task that reaches a
 -- final state moves to queue.history in the same statement, so this table and its indexes stay
 -- the size of the backlog, not of everything ever processed.
+-- _live_row_ok(…): the invariants of a live task, the CHECK live_tasks_valid: attempt not negative;
+-- running exactly when it has a lease, its expiry and its start; rerun only while running; a
+-- periodic task (repeat of 1 second or more) has a slot, a one-off none; a group_key of 1 to 200
+-- characters. IMMUTABLE and without a SET clause: a CHECK calls it for every row written, and
+-- every name in it is qualified or a parameter.
+CREATE FUNCTION queue._live_row_ok(status queue.task_status_live, attempt integer, lease uuid,
+                                   lease_expires timestamptz, started timestamptz, rerun boolean,
+                                   repeat interval, slot timestamptz, group_key text)
+    RETURNS boolean
+    LANGUAGE plpgsql
+    IMMUTABLE
+AS $$
+BEGIN
+    RETURN attempt >= 0
+       AND (status = 'running') = (lease IS NOT NULL AND lease_expires IS NOT NULL AND started IS NOT NULL)
+       AND (NOT rerun OR status = 'running')
+       AND (repeat IS NULL) = (slot IS NULL) AND (repeat IS NULL OR repeat >= interval '1 second')
+       AND (group_key IS NULL OR (group_key <> '' AND pg_catalog.length(group_key) <= 200));
+END
+$$;
+COMMENT ON FUNCTION queue._live_row_ok(queue.task_status_live, integer, uuid, timestamptz, timestamptz, boolean, interval, timestamptz, text) IS 'Internal: the invariants of a live task, checked by the CHECK live_tasks_valid of queue.live_tasks.';
+REVOKE ALL ON FUNCTION queue._live_row_ok(queue.task_status_live, integer, uuid, timestamptz, timestamptz, boolean, interval, timestamptz, text) FROM PUBLIC;
+
 CREATE TABLE queue.live_tasks (
     id             bigint            NOT NULL GENERATED ALWAYS AS IDENTITY,
     stage          text              NOT NULL,
@@ -29,13 +52,10 @@ CREATE TABLE queue.live_tasks (
     -- The stage is in the key so that the table can be distributed by stage (Citus); the identity
     -- alone keeps ids unique, and id leads, so a lookup by id alone still probes this index.
     CONSTRAINT live_tasks_pkey PRIMARY KEY (id, stage),
-    CONSTRAINT live_tasks_running_has_lease
-        CHECK ((status = 'running') = (lease IS NOT NULL AND lease_expires IS NOT NULL AND started IS NOT NULL)),
-    CONSTRAINT live_tasks_rerun_only_running CHECK (NOT rerun OR status = 'running'),
-    -- A repeating task always knows the slot of its current run; a one-off task has none.
-    CONSTRAINT live_tasks_repeat_has_slot
-        CHECK ((repeat IS NULL) = (slot IS NULL) AND (repeat IS NULL OR repeat >= interval '1 second')),
-    CONSTRAINT live_tasks_group_key_length CHECK (group_key <> '' AND pg_catalog.length(group_key) <= 200)
+    -- One CHECK calling a function: PostgreSQL sets up a table's CHECK expressions again for every
+    -- statement that writes a row, and a call is a small expression (see queue._live_row_ok).
+    CONSTRAINT live_tasks_valid
+        CHECK (queue._live_row_ok(status, attempt, lease, lease_expires, started, rerun, repeat, slot, group_key))
 );
 
 -- The claim index: exactly the columns take_next filters and orders by, and only waiting rows,

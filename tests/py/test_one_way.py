@@ -37,7 +37,8 @@ def test_the_move_to_history_is_written_once() -> None:
 
 def test_stage_settings_are_read_only_by_settings() -> None:
     # A statement that locks the row (FOR UPDATE, before changing it) is not a lookup.
-    readers = sorted(p.name for p in FUNCTIONS.glob("*.sql") if p.name != "_settings.sql"
+    # reap_hung reads it inside its statement over live_tasks, where Citus runs no function that queries.
+    readers = sorted(p.name for p in FUNCTIONS.glob("*.sql") if p.name not in ("_settings.sql", "reap_hung.sql")
                      for statement in re.findall(r"FROM queue\.stage_settings\b[^;]*;", p.read_text())
                      if "FOR UPDATE" not in statement)
     assert readers == [], f"functions that read queue.stage_settings themselves (use queue._settings): {readers}"

@@ -18,6 +18,7 @@ SELECT set_eq(
         'queue.configure_history(interval,integer,interval,text,interval)',
         'queue.configure_stage(text,interval,integer,text,interval,interval,real,boolean,integer,integer,boolean)',
         'queue.consume(text,integer)',
+        'queue.distribute()',
         'queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text,interval,boolean,text)',
         'queue.enqueue_batch(jsonb[],text,integer,timestamp with time zone,text)',
         'queue.enqueue_sql(text,text,timestamp with time zone,interval,integer,text,text,interval,boolean,integer,boolean)',
@@ -55,8 +56,10 @@ SELECT is_empty(
          -- SECURITY DEFINER, and the watchdog signals the caller's own backends.
          AND p.oid NOT IN ('queue.run_sql_tasks(text,integer,text,integer)'::regprocedure,
                            'queue.cancel_overdue_sql_tasks()'::regprocedure,
-                           'queue.stop_sql_executor(integer)'::regprocedure)$$,
-    'every public function is SECURITY DEFINER but the SQL executor''s run_sql_tasks, cancel_overdue_sql_tasks and stop_sql_executor (listed: others)'
+                           'queue.stop_sql_executor(integer)'::regprocedure,
+                           -- Citus reaches its nodes as the current user: a superuser's call.
+                           'queue.distribute()'::regprocedure)$$,
+    'every public function is SECURITY DEFINER but the SQL executor''s run_sql_tasks, cancel_overdue_sql_tasks and stop_sql_executor, and distribute (listed: others)'
 );
 
 -- The exact text stored in proconfig: a SECURITY DEFINER function must not resolve names through
@@ -80,10 +83,12 @@ SELECT is_empty(
          AND NOT (p.oid = 'queue._history_partitions()'::regprocedure
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp","DateStyle=ISO, YMD"}')
          -- _held_entry and _history_row are expressions the planner inlines into their (pinned)
-         -- callers; _settings, two probes, costs no more than the probes without a SET clause.
+         -- callers; _settings, two probes, costs no more than the probes without a SET clause;
+         -- _live_row_ok runs for every row written (the CHECK live_tasks_valid).
          AND NOT (p.oid IN ('queue._held_entry(text,xid8,bigint)'::regprocedure,
                             'queue._history_row(queue.live_tasks,queue.task_status,integer,text,text,timestamptz,timestamptz)'::regprocedure,
-                            'queue._settings(text)'::regprocedure)
+                            'queue._settings(text)'::regprocedure,
+                            'queue._live_row_ok(queue.task_status_live,integer,uuid,timestamptz,timestamptz,boolean,interval,timestamptz,text)'::regprocedure)
                   AND p.proconfig IS NULL)
          -- _mark_waiting never waits long: a take that finds its stage empty calls it.
          AND NOT (p.oid = 'queue._mark_waiting(text)'::regprocedure
@@ -95,7 +100,7 @@ SELECT is_empty(
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",TimeZone=UTC}')
          -- A procedure with a SET clause cannot COMMIT; run_sql_tasks qualifies every name.
          AND p.oid <> 'queue.run_sql_tasks(text,integer,text,integer)'::regprocedure$$,
-    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next and take_locked add plan_cache_mode=force_generic_plan, compact and rotate_partitions lock_timeout=100ms, rotate_partitions and _history_partitions DateStyle=ISO, YMD, _mark_waiting lock_timeout=10ms, _cron_next and _next_slot TimeZone=UTC, _held_entry, _history_row and _settings none) (listed: those that do not)'
+    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next and take_locked add plan_cache_mode=force_generic_plan, compact and rotate_partitions lock_timeout=100ms, rotate_partitions and _history_partitions DateStyle=ISO, YMD, _mark_waiting lock_timeout=10ms, _cron_next and _next_slot TimeZone=UTC, _held_entry, _history_row, _settings and _live_row_ok none) (listed: those that do not)'
 );
 
 -- Comments: what \df+ and \d+ show a DBA.
@@ -239,8 +244,10 @@ SELECT set_eq(
          AND pg_catalog.has_function_privilege('skiplock_admin', p.oid, 'EXECUTE')$$,
     $$SELECT p.oid::regprocedure::text
         FROM pg_catalog.pg_proc p
-       WHERE p.pronamespace = 'queue'::regnamespace AND (p.proname !~ '^_' OR p.proname ~ '^_sql_')$$,
-    'skiplock_admin may execute every public function and no helper but the SQL executor''s (_sql_*, as a member of skiplock_sql)'
+       WHERE p.pronamespace = 'queue'::regnamespace AND (p.proname !~ '^_' OR p.proname ~ '^_sql_')
+         -- distribute() is the superuser's (Citus's own functions need a table's owner).
+         AND p.proname <> 'distribute'$$,
+    'skiplock_admin may execute every public function but distribute and no helper but the SQL executor''s (_sql_*, as a member of skiplock_sql)'
 );
 
 SELECT is_empty(

@@ -8,7 +8,7 @@
 -- literals or parameters. They must be kept in step: the first tests check that the functions
 -- still contain them (whitespace aside), so a change there fails here until the copy is updated.
 BEGIN;
-SELECT plan(16);
+SELECT plan(17);
 
 SELECT ok(
     pg_catalog.regexp_replace(p.prosrc, '\s+', ' ', 'g') LIKE
@@ -19,7 +19,7 @@ SELECT ok(
 
 SELECT ok(
     pg_catalog.regexp_replace(p.prosrc, '\s+', ' ', 'g') LIKE
-        '%UPDATE queue.live_tasks t SET status = ''running'', attempt = t.attempt + 1, lease = pg_catalog.gen_random_uuid(), lease_expires = v_now + v_lease, started = v_now, updated = v_now, worker = take_next.worker WHERE t.id = ANY (ARRAY( SELECT c.id FROM queue.live_tasks c %',
+        '%UPDATE queue.live_tasks t SET status = ''running'', attempt = t.attempt + 1, lease = pg_catalog.md5(v_lease_seed || t.id::text)::uuid, lease_expires = v_now + v_lease, started = v_now, updated = v_now, worker = take_next.worker WHERE t.stage = take_next.stage AND t.id = ANY (ARRAY( SELECT c.id FROM queue.live_tasks c %',
     'take_next still updates the claimed rows by = ANY (ARRAY(claim query)), as copied below'
 )
   FROM pg_catalog.pg_proc p WHERE p.oid = 'queue.take_next(text,integer,interval,text)'::regprocedure;
@@ -40,7 +40,7 @@ SELECT ok(
 
 SELECT ok(
     pg_catalog.regexp_replace(p.prosrc, '\s+', ' ', 'g') LIKE
-        '%SELECT l.id, l.stage, l.attempt, l.rerun, l.worker, l.lease_expires FROM queue.live_tasks l WHERE l.status = ''running'' AND l.lease_expires < v_now ORDER BY l.lease_expires LIMIT 10000 FOR UPDATE SKIP LOCKED%',
+        '%SELECT l.id, l.stage, l.attempt, l.rerun, l.worker, l.lease_expires FROM queue.live_tasks l WHERE l.status = ''running'' AND l.lease_expires < v_now AND (v_of IS NULL OR l.stage = v_of) ORDER BY l.lease_expires LIMIT 10000 FOR UPDATE SKIP LOCKED%',
     'reap_hung still contains the selection query copied below'
 )
   FROM pg_catalog.pg_proc p WHERE p.oid = 'queue.reap_hung()'::regprocedure;
@@ -127,9 +127,9 @@ SELECT c.priority
 -- Joining the claimed ids from a CTE instead planned a Hash Join over a Seq Scan of live_tasks.
 PREPARE claim_update(text, timestamptz, integer, interval, text, integer, timestamptz, bigint) AS
 UPDATE queue.live_tasks t
-   SET status = 'running', attempt = t.attempt + 1, lease = pg_catalog.gen_random_uuid(),
+   SET status = 'running', attempt = t.attempt + 1, lease = pg_catalog.md5('seed' || t.id::text)::uuid,
        lease_expires = $2 + $4, started = $2, updated = $2, worker = $5
- WHERE t.id = ANY (ARRAY(
+ WHERE t.stage = $1 AND t.id = ANY (ARRAY(
         SELECT c.id
           FROM queue.live_tasks c
          WHERE c.stage = $1
@@ -156,10 +156,11 @@ SELECT c.id, c.payload, c.attempt + 1 AS attempt, c.priority, c.key, c.run_at
  LIMIT $3
    FOR UPDATE SKIP LOCKED;
 
-PREPARE reap(timestamptz) AS
+PREPARE reap(timestamptz, text) AS
 SELECT l.id, l.stage, l.attempt, l.rerun, l.worker, l.lease_expires
   FROM queue.live_tasks l
  WHERE l.status = 'running' AND l.lease_expires < $1
+   AND ($2 IS NULL OR l.stage = $2)
  ORDER BY l.lease_expires
  LIMIT 10000
    FOR UPDATE SKIP LOCKED;
@@ -196,6 +197,8 @@ INSERT INTO plans VALUES ('claim update generic',
     pg_temp.plan_of($q$EXECUTE claim_update('plan.s1', now(), 10, interval '1 minute', 'w', -2147483648, '-infinity', 0)$q$));
 INSERT INTO plans VALUES ('claim locked generic',
     pg_temp.plan_of($q$EXECUTE claim_locked('plan.s1', now(), 10, -2147483648, '-infinity', 0, '{1}')$q$));
+-- reap_hung's stage filter (v_of: NULL on one server, a stage on Citus) as an unknown parameter.
+INSERT INTO plans VALUES ('reap generic', pg_temp.plan_of($q$EXECUTE reap(now(), NULL)$q$));
 RESET plan_cache_mode;
 
 SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_claim'), 'the claim query uses index live_tasks_claim')
@@ -224,6 +227,9 @@ SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_running'), 'reap_hung''s select
   FROM plans p WHERE p.name = 'reap';
 SELECT ok(NOT pg_temp.has_node(p.plan, 'Seq Scan'), 'reap_hung''s selection has no Seq Scan')
   FROM plans p WHERE p.name = 'reap';
+SELECT ok(pg_temp.uses_index(p.plan, 'live_tasks_running') AND NOT pg_temp.has_node(p.plan, 'Seq Scan'),
+          'reap_hung''s selection, generic plan with its stage filter, uses index live_tasks_running and no Seq Scan')
+  FROM plans p WHERE p.name = 'reap generic';
 
 SELECT is(
     (SELECT pg_catalog.count(*)::integer FROM queue.take_next('plan.s1', batch => 10)), 10,

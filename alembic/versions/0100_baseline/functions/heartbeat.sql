@@ -15,6 +15,7 @@ CREATE OR REPLACE FUNCTION queue.heartbeat(id bigint, lease uuid, lease_for inte
 AS $$
 DECLARE
     v_expires timestamptz;
+    v_until   timestamptz;
 BEGIN
     IF heartbeat.id IS NULL OR heartbeat.lease IS NULL THEN
         RAISE EXCEPTION 'id and lease must not be NULL'
@@ -30,17 +31,27 @@ BEGIN
                   HINT = 'Give the time the worker still needs, or NULL for the stage''s lease_duration.';
     END IF;
 
-    UPDATE queue.live_tasks t
-       -- The worker's own figure is its estimate of the time it still needs; without one, the
-       -- stage's lease_duration never shortens a longer lease the take asked for.
-       SET lease_expires = CASE WHEN heartbeat.lease_for IS NOT NULL
-                                THEN pg_catalog.now() + heartbeat.lease_for
-                                ELSE greatest(t.lease_expires,
-                                              pg_catalog.now() + (queue._settings(t.stage)).lease_duration)
-                           END
-     WHERE t.id = heartbeat.id AND t.lease = heartbeat.lease
-       AND (heartbeat.stage IS NULL OR t.stage = heartbeat.stage)
-    RETURNING t.lease_expires INTO v_expires;
+    -- The worker's own figure is its estimate of the time it still needs; without one, the
+    -- stage's lease_duration never shortens a longer lease the take asked for.
+    IF heartbeat.stage IS NULL THEN
+        UPDATE queue.live_tasks t
+           SET lease_expires = CASE WHEN heartbeat.lease_for IS NOT NULL
+                                    THEN pg_catalog.now() + heartbeat.lease_for
+                                    ELSE greatest(t.lease_expires,
+                                                  pg_catalog.now() + (queue._settings(t.stage)).lease_duration)
+                               END
+         WHERE t.id = heartbeat.id AND t.lease = heartbeat.lease
+        RETURNING t.lease_expires INTO v_expires;
+    ELSE
+        -- The stage is known: its duration first, so that the UPDATE calls nothing on a column and
+        -- nothing but IMMUTABLE in its CASE (Citus refuses both on a distributed table).
+        v_until := pg_catalog.now() + coalesce(heartbeat.lease_for, (queue._settings(heartbeat.stage)).lease_duration);
+        UPDATE queue.live_tasks t
+           SET lease_expires = CASE WHEN heartbeat.lease_for IS NOT NULL THEN v_until
+                                    ELSE greatest(t.lease_expires, v_until) END
+         WHERE t.id = heartbeat.id AND t.lease = heartbeat.lease AND t.stage = heartbeat.stage
+        RETURNING t.lease_expires INTO v_expires;
+    END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'lease lost'
             USING ERRCODE = 'SK001',

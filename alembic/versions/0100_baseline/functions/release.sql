@@ -22,6 +22,8 @@ AS $$
 DECLARE
     v_stage text;
     v_due   boolean;
+    -- A variable, not now() in the statement: Citus refuses non-IMMUTABLE calls in COALESCE and RETURNING.
+    v_now   timestamptz := pg_catalog.now();
 BEGIN
     IF release.id IS NULL OR release.lease IS NULL THEN
         RAISE EXCEPTION 'id and lease must not be NULL'
@@ -41,14 +43,14 @@ BEGIN
        SET status = CASE WHEN t.error_text IS NULL OR t.rerun THEN 'ready'::queue.task_status_live
                          ELSE 'error'::queue.task_status_live END,
            attempt = CASE WHEN t.rerun THEN 0 ELSE GREATEST(t.attempt - 1, 0) END,
-           run_at = coalesce(pg_catalog.now() + release.retry_in, t.run_at),
+           run_at = coalesce(v_now + release.retry_in, t.run_at),
            -- a re-run starts clean: the error belongs to the run it replaced
            error_text = CASE WHEN t.rerun THEN NULL ELSE t.error_text END,
            rerun = false, lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
-           updated = pg_catalog.now()
+           updated = v_now
      WHERE t.id = release.id AND t.lease = release.lease
        AND (release.stage IS NULL OR t.stage = release.stage)
-    RETURNING t.stage, t.run_at <= pg_catalog.now() INTO v_stage, v_due;
+    RETURNING t.stage, t.run_at <= v_now INTO v_stage, v_due;
     IF NOT FOUND THEN
         RETURN false;
     END IF;

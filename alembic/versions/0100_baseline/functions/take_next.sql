@@ -36,6 +36,8 @@ DECLARE
     v_from_id       bigint;
     v_rescan_at     text;
     v_full          boolean := false;
+    -- One random value per call, a distinct lease per task from it: Citus refuses VOLATILE calls in an UPDATE.
+    v_lease_seed    text := pg_catalog.gen_random_uuid()::text;
 BEGIN
     -- The checker runs only to raise: calling a function that pins search_path costs more than the test.
     IF take_next.stage IS NULL OR take_next.stage IN ('', '*') OR pg_catalog.octet_length(take_next.stage) > 54 THEN
@@ -155,12 +157,12 @@ BEGIN
             UPDATE queue.live_tasks t
                SET status        = 'running',
                    attempt       = t.attempt + 1,
-                   lease         = pg_catalog.gen_random_uuid(),
+                   lease         = pg_catalog.md5(v_lease_seed || t.id::text)::uuid,
                    lease_expires = v_now + v_lease,
                    started       = v_now,
                    updated       = v_now,
                    worker        = take_next.worker
-             WHERE t.id = ANY (ARRAY(
+             WHERE t.stage = take_next.stage AND t.id = ANY (ARRAY(
                     SELECT c.id
                       FROM queue.live_tasks c
                      WHERE c.stage = take_next.stage

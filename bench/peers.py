@@ -369,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                     "command": "make bench-peers" + (f" PEERS_ARGS='{' '.join(argv or sys.argv[1:])}'"
                                                      if (argv or sys.argv[1:]) else "")}
     result["load_before"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    result["commit"] = commit()
     with devdb.stopped_on_signals():
         cluster = devdb.Cluster(durable=True, settings=SETTINGS).start()
         try:
@@ -406,6 +407,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def commit() -> str:
+    """The checkout's commit, as the migrations' revision alone does not change with every edit."""
+    out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=ROOT)
+    return out.stdout.strip() if out.returncode == 0 else "?"
+
+
 def machine() -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
@@ -441,6 +448,7 @@ def markdown(result: dict) -> str:
         f"- Server: {result.get('postgres', '?')}",
         f"- Machine: {result.get('machine', '?')}",
         "- Versions: " + ", ".join(name(s) for s in ("skiplock", "graphile", "procrastinate", "pgq") if s in versions)
+        + (f" (skiplock at commit {result['commit']})" if result.get("commit") else "")
         + " (Graphile Worker from npm, Procrastinate from PyPI, PgQ from Debian's postgresql-15-pgq3; "
         "each installed by `make bench-peers`, its schema by its own tool)",
         f"- Client counts: {', '.join(map(str, result['clients']))}; W2b also at 1 (PgQ's one consumer, see below)",

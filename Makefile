@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl postgresql-15-plpgsql-check postgresql-15-cron libfaketime pgbouncer
 
-.PHONY: demo test test-citus citus lint docs bench profile revision baseline check-schema system-packages venv venv-bench clean
+.PHONY: demo test test-citus citus lint docs bench bench-peers peers-packages profile revision baseline check-schema system-packages venv venv-bench clean
 
 ## demo: a throwaway cluster (or DATABASE_URL), migrations, workers draining a pipeline, a summary
 demo: venv
@@ -33,6 +33,30 @@ docs: venv
 ## bench: pgbench workloads against the machine's own ceiling; writes bench/RESULTS.md
 bench: venv-bench
 	$(PY) -m bench.run $(BENCH_ARGS)
+
+## bench-peers: skiplock beside Graphile Worker, Procrastinate and PgQ, one cluster, one run; writes bench/PEERS.md
+bench-peers: venv-bench peers-packages
+	$(PY) -m bench.peers $(PEERS_ARGS)
+
+# The peers, installed only when missing, into .peers/ (not committed): Graphile Worker from npm,
+# Procrastinate from PyPI (a venv of its own: its dependencies stay out of skiplock's), PgQ from
+# Debian. Versions pinned to those bench/PEERS.md was measured with; the run records what it found.
+# An apt install can upgrade postgresql-15 itself: a cluster running across it must be restarted.
+PEERS_DIR := .peers
+GRAPHILE_WORKER_VERSION := 0.17.3
+PROCRASTINATE_VERSION := 3.10.0
+peers-packages:
+	@dpkg-query -W -f='$${Status}' postgresql-15-pgq3 2>/dev/null | grep -q "install ok installed" || { \
+	    SUDO=""; [ "$$(id -u)" -eq 0 ] || SUDO="sudo"; \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql-15-pgq3 >/dev/null; }
+	@grep -qs '"version": "$(GRAPHILE_WORKER_VERSION)"' $(PEERS_DIR)/node/node_modules/graphile-worker/package.json || { \
+	    mkdir -p $(PEERS_DIR)/node && cd $(PEERS_DIR)/node && \
+	    { [ -f package.json ] || echo '{"private": true}' > package.json; } && \
+	    npm install --no-audit --no-fund --silent graphile-worker@$(GRAPHILE_WORKER_VERSION); }
+	@$(PEERS_DIR)/venv/bin/python -c "import importlib.metadata as m; assert m.version('procrastinate') == '$(PROCRASTINATE_VERSION)'" 2>/dev/null || { \
+	    python3 -m venv $(PEERS_DIR)/venv && \
+	    $(PEERS_DIR)/venv/bin/pip install -q --disable-pip-version-check procrastinate==$(PROCRASTINATE_VERSION) 'psycopg[binary]'; }
 
 ## profile: where enqueue, take and finish spend their time, per function, statement and line (plprofiler)
 profile: venv

@@ -7,6 +7,7 @@ and the chart to bench/out/; a full run also writes bench/RESULTS.md and bench/w
     python -m bench.run --quick               # short durations, for development (about 7 minutes)
     python -m bench.run --only W2,W3 --no-async-pass
     python -m bench.run --only seed004 --no-async-pass   # seed 004's design against skiplock alone
+    python -m bench.run --only latency --no-async-pass   # enqueue-to-start at 10/50/90 % of capacity
 """
 
 from __future__ import annotations
@@ -24,14 +25,14 @@ from pathlib import Path
 
 import psycopg
 
-from bench import chart, designs, pgbench, points, report, seed004, timeline
+from bench import chart, designs, latency, pgbench, points, report, seed004, timeline
 from bench.designs import SEED, SKIPLOCK
 from bench.progress import log
 from skiplock import devdb
 
 BENCH_DIR = Path(__file__).resolve().parent
 OUT_DIR = BENCH_DIR / "out"
-WORKLOADS = ("W1", "W1b", "W2", "W2b", "W3", "W4", "seed004")
+WORKLOADS = ("W1", "W1b", "W2", "W2b", "W3", "W4", "seed004", "latency")
 # Both passes use the autovacuum_naptime the README recommends for a busy queue (1 s, cluster-wide);
 # everything else is PostgreSQL's default, durability included.
 RECOMMENDED = {"autovacuum_naptime": "'1s'"}
@@ -60,6 +61,7 @@ class Config:
     w4_sample: float = 10
     maintain_every: float = 5
     seed004_seconds: float = 10     # seed 004's insert points; its consume points run half as long
+    latency_seconds: float = 10     # latency: capacity, then each load, this long
 
     @property
     def w2b_preload(self) -> int:
@@ -69,7 +71,7 @@ class Config:
     def quick(cls) -> "Config":
         return cls(point_seconds=3, w2_preload=50_000, backlog=10_000, w3_before=20, w3_hold=30, w3_after=30,
                    w3_sample=5, w4_seconds=60, w4_capacity_seconds=20, w4_bucket=15, w4_sample=5,
-                   maintain_every=2, seed004_seconds=3)
+                   maintain_every=2, seed004_seconds=3, latency_seconds=4)
 
     def estimate_minutes(self, only: set[str], async_pass: bool) -> float:
         n = len(self.clients)
@@ -87,6 +89,8 @@ class Config:
         total = per_pass * (2 if async_pass else 1)
         if "W3" in only:
             total += 2 * (self.w3_before + self.w3_hold + self.w3_after + 10)
+        if "latency" in only:
+            total += (1 + len(latency.LOADS)) * (self.latency_seconds + 3) + 5
         if "W4" in only:
             total += self.w4_seconds + 2 * self.w4_capacity_seconds + 20
         return total / 60
@@ -232,10 +236,13 @@ def run_pass(name: str, settings: dict[str, str], cfg: Config, only: set[str], t
         for design in ("seed004", "skiplock"):
             result["points"].append(seed004.consume(cluster, design, cfg.seed004_seconds / 2).as_dict())
 
+    def lat() -> None:
+        result["latency"] = latency.run(cluster, cfg.latency_seconds)
+
     steps = [("ceilings", ceilings), ("W1", w1), ("W1b", w1b), ("W2", w2), ("W2b", w2b),
              ("ceilings again", ceilings_again), ("seed004", s004)]
     if timelines:
-        steps += [("W3", w3), ("W4", w4)]
+        steps += [("latency", lat), ("W3", w3), ("W4", w4)]
     try:
         designs.create_databases(cluster.url(), cluster.url, from_schema)
         if "seed004" in only:
@@ -302,6 +309,19 @@ def main(argv: list[str] | None = None) -> int:
         (BENCH_DIR / "RESULTS.md").write_text(markdown)
         if has_chart:
             shutil.copyfile(OUT_DIR / "w3_w4.png", BENCH_DIR / "w3_w4.png")
+    lat_result = results["passes"][0].get("latency")
+    if lat_result:
+        # Its own file, written whenever the part ran (--only latency included; a --quick run only into
+        # bench/out/): bench/LATENCY.md keeps the latest measurement.
+        text = "# Latency: enqueue to start\n\n" + latency.markdown(
+            lat_result, results["started"],
+            f"{m['nproc']} CPUs, {m['postgres'].split(' on ')[0]}, default durability, load average "
+            f"{m['loadavg']} at the start and {m['loadavg_end']} at the end") \
+            + f"\nWritten by `{results['command'].split('    #')[0]}`; raw figures in `{results['json']}`.\n"
+        (OUT_DIR / "LATENCY.md").write_text(text)
+        if not args.quick:
+            (BENCH_DIR / "LATENCY.md").write_text(text)
+        log("latency: " + ("bench/out/LATENCY.md" if args.quick else "bench/LATENCY.md"))
     print(report.summary_for_stdout(results))
     where = "bench/RESULTS.md" if publish else "bench/out/RESULTS.md (development run: bench/RESULTS.md left as it was)"
     log(f"done in {results['elapsed_min']:.1f} min: {where}, {results['json']}"

@@ -255,6 +255,7 @@ def test_the_baseline_is_not_rewritten_once_a_revision_follows_it(tmp_path, monk
     versions = tmp_path / "versions"
     shutil.copytree(ROOT / "alembic" / "versions", versions, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(revision, "VERSIONS", versions)
+    monkeypatch.setattr(revision, "RELEASED", False)  # as before 0.1.0: the other guard
     (versions / "0101_x.py").write_text("revision = '0101'\ndown_revision = '0100'\n")
     with pytest.raises(SystemExit, match="revisions after the baseline"):
         revision.make_baseline()

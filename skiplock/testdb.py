@@ -154,8 +154,9 @@ def run_pg_prove(urls: str | list[str]) -> int:
 
 
 def run_pytest(admin_url: str, extra: list[str], template: str | None = None,
-               environment: dict[str, str] | None = None) -> int:
-    """pytest on admin_url's server (copies of `template` when given), `environment` added to ours."""
+               environment: dict[str, str] | None = None, summary: list[str] | None = None) -> int:
+    """pytest on admin_url's server (copies of `template` when given), `environment` added to ours.
+    With `summary`, pytest's output passes through and its last summary line is appended to it."""
     env = {**os.environ, **(environment or {})}
     env.pop("DATABASE_URL", None)  # the tests must never find the user's database
     env["SKIPLOCK_TEST_ADMIN_URL"] = admin_url
@@ -165,5 +166,16 @@ def run_pytest(admin_url: str, extra: list[str], template: str | None = None,
             not any(a.startswith("--dist") for a in extra):
         # pytest-xdist: a module's tests stay together (some build on what an earlier one left)
         extra = [*extra, "--dist", "loadscope"]
-    proc = subprocess.run([sys.executable, "-m", "pytest", *extra], cwd=ROOT, env=env)
+    if summary is None:
+        return subprocess.run([sys.executable, "-m", "pytest", *extra], cwd=ROOT, env=env).returncode
+    with subprocess.Popen([sys.executable, "-m", "pytest", *extra], cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE) as proc:
+        assert proc.stdout is not None
+        tail = b""
+        while chunk := os.read(proc.stdout.fileno(), 65536):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+            tail = (tail + chunk)[-8192:]
+    lines = [line for line in tail.decode(errors="replace").splitlines() if re.search(r"\b(passed|failed|errors?|no tests ran)\b.* in [0-9.]+s", line)]
+    summary.extend(lines[-1:])
     return proc.returncode

@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     template = None
     others: subprocess.Popen | None = None
     codes: dict[str, int] = {}
+    pytest_summary: list[str] = []
     with devdb.stopped_on_signals(), tempfile.TemporaryFile("w+") as others_log:
         try:
             if explicit:
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             codes[f"pgTAP on {major}"] = run_pg_prove(prepare_tap_databases(admin_url, template))
             if not citus.installed():
                 print(citus.skipped_line(), flush=True)  # the file skips itself too
-            codes[f"pytest on {major}"] = run_pytest(admin_url, extra, template)
+            codes[f"pytest on {major}"] = run_pytest(admin_url, extra, template, summary=pytest_summary)
             if others is not None:
                 if others.poll() is None:
                     print(f"\nwaiting for the other majors ({', '.join(map(str, majors))})", flush=True)
@@ -81,8 +82,10 @@ def main(argv: list[str] | None = None) -> int:
             elif template is not None:
                 drop_template(admin_url, template)
     failed = [what for what, code in codes.items() if code != 0]
-    # The last line printed: the verdict of the whole run (pytest's own summary is above).
+    # The verdict of the whole run, then pytest's summary again: the last line printed.
     print(f"\nmake test: {'FAILED: ' + ', '.join(failed) if failed else 'PASS'} ({', '.join(codes)})", flush=True)
+    for line in pytest_summary:
+        print(line, flush=True)
     return 1 if failed else 0
 
 

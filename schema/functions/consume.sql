@@ -21,28 +21,24 @@ DECLARE
     v_settings queue.stage_settings;
     v_now         timestamptz := pg_catalog.now();
 BEGIN
+    -- <take checks> (take_locked and consume: the same text, tests/py/test_one_way.py)
     IF consume.stage IS NULL OR consume.stage IN ('', '*') OR pg_catalog.octet_length(consume.stage) > 54 THEN
         PERFORM queue._check_stage(consume.stage);
     END IF;
     IF consume.batch IS NULL OR consume.batch < 1 OR consume.batch > 10000 THEN
-        RAISE EXCEPTION 'batch out of range'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('batch is %s.', coalesce(consume.batch::text, 'NULL')),
-                  HINT = 'Consume 1 to 10000 tasks per call.';
+        PERFORM queue._raise_bad_argument('consume', 'batch', consume.batch::text);
     END IF;
     v_settings := queue._settings(consume.stage);  -- the stage's row, else the defaults ('*')
     IF v_settings.restricted THEN
         PERFORM queue._check_access(consume.stage, 'take');
     END IF;
     IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL THEN
-        RAISE EXCEPTION 'stage % has concurrency limits', pg_catalog.quote_literal(consume.stage)
-            USING ERRCODE = '0A000',
-                  DETAIL = 'max_running and group_limit count running tasks; consume records tasks as done without running them.',
-                  HINT = 'Take from this stage with take_next, or lift its limits with configure_stage.';
+        PERFORM queue._raise_bad_argument('consume', 'limits', consume.stage);
     END IF;
     IF v_settings.paused THEN
         RETURN;
     END IF;
+    -- </take checks>
 
     -- The claimed rows by their row address: locked, they cannot move before the DELETE, which
     -- then reads them directly instead of joining on the key.

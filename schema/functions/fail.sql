@@ -25,27 +25,13 @@ AS $$
 DECLARE
     v_now      timestamptz := pg_catalog.now();
     v_task     queue.live_tasks;
-    v_settings queue.stage_settings;
-    v_next     timestamptz;
-    v_error    text := queue._bounded_error(coalesce(fail.error, 'failed (no error text given)'));
 BEGIN
     IF fail.id IS NULL OR fail.lease IS NULL THEN
-        RAISE EXCEPTION 'id and lease must not be NULL'
-            USING ERRCODE = '22004',
-                  DETAIL = pg_catalog.format('fail was called with id %s and lease %s.',
-                                             coalesce(fail.id::text, 'NULL'), coalesce(fail.lease::text, 'NULL')),
-                  HINT = 'Pass the id and lease that take_next returned.';
-    END IF;
-    IF fail.fatal IS NULL THEN
-        RAISE EXCEPTION 'fatal must not be NULL'
-            USING ERRCODE = '22004', DETAIL = 'fail was called with fatal NULL.',
-                  HINT = 'Pass fatal => true to end the task for good, or false (the default) to retry it.';
-    END IF;
-    IF fail.retry_in < interval '0' THEN
-        RAISE EXCEPTION 'retry_in must not be negative'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('retry_in is %s.', fail.retry_in),
-                  HINT = 'Use interval ''0'' to retry at once, or NULL for the stage''s backoff.';
+        PERFORM queue._raise_bad_argument('fail', 'id, lease', fail.id::text, fail.lease::text);
+    ELSIF fail.fatal IS NULL THEN
+        PERFORM queue._raise_bad_argument('fail', 'fatal');
+    ELSIF fail.retry_in < interval '0' THEN
+        PERFORM queue._raise_bad_argument('fail', 'retry_in', fail.retry_in::text);
     END IF;
 
     SELECT t.* INTO v_task
@@ -68,30 +54,8 @@ BEGIN
         RETURN true;
     END IF;
 
-    v_settings := queue._settings(v_task.stage);
-    IF fail.fatal OR v_task.attempt >= v_settings.max_attempts THEN
-        IF v_task.repeat IS NULL THEN
-            DELETE FROM queue.live_tasks t WHERE t.id = v_task.id AND t.stage = v_task.stage;
-        ELSE
-            v_next := queue._next_slot(v_task.slot, v_task.repeat, v_task.drift, v_now);
-            UPDATE queue.live_tasks t
-               SET status = 'ready', attempt = 0, run_at = v_next, slot = v_next,
-                   lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
-                   error_text = NULL, updated = v_now
-             WHERE t.id = v_task.id AND t.stage = v_task.stage;
-        END IF;
-        INSERT INTO queue.history
-        SELECT (queue._history_row(v_task, 'fatal', v_task.attempt, v_task.worker, v_error, v_task.started, v_now)).*;
-    ELSE
-        v_next := v_now + coalesce(fail.retry_in, queue._retry_delay(v_settings, v_task.attempt));
-        UPDATE queue.live_tasks t
-           SET status = 'error', run_at = v_next,
-               lease = NULL, lease_expires = NULL, error_text = v_error, updated = v_now
-         WHERE t.id = v_task.id AND t.stage = v_task.stage;
-        IF v_next <= v_now THEN
-            PERFORM queue._wake_waiters(v_task.stage);
-        END IF;
-    END IF;
+    PERFORM queue._fail_attempt(v_task, v_task.attempt, v_task.worker, v_task.started, fail.error, fail.fatal,
+                                fail.retry_in, v_now);
     RETURN true;
 END
 $$;

@@ -25,13 +25,10 @@ DECLARE
     v_next  queue.stage_settings;
     v_stage text;
     v_due   boolean;
+    v_task  queue.live_tasks;
 BEGIN
     IF finish.id IS NULL OR finish.lease IS NULL THEN
-        RAISE EXCEPTION 'id and lease must not be NULL'
-            USING ERRCODE = '22004',
-                  DETAIL = pg_catalog.format('finish was called with id %s and lease %s.',
-                                             coalesce(finish.id::text, 'NULL'), coalesce(finish.lease::text, 'NULL')),
-                  HINT = 'Pass the id and lease that take_next returned.';
+        PERFORM queue._raise_bad_argument('finish', 'id, lease', finish.id::text, finish.lease::text);
     END IF;
 
     IF finish.next_stage IS NULL THEN
@@ -50,28 +47,13 @@ BEGIN
         END IF;
 
         -- A periodic task: record this run, re-arm the same row for the next one.
-        WITH cur AS (
-            SELECT t.*
-              FROM queue.live_tasks t
-             WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NOT NULL
-               AND (finish.stage IS NULL OR t.stage = finish.stage)
-               FOR UPDATE
-        ), slots AS MATERIALIZED (
-            -- The next slot apart from the UPDATE: Citus calls no STABLE function on a column there.
-            SELECT c.id, c.stage, queue._next_slot(c.slot, c.repeat, c.drift, v_now) AS next_slot FROM cur c
-        ), rearmed AS (
-            UPDATE queue.live_tasks t
-               SET status = 'ready', attempt = 0, run_at = n.next_slot, slot = n.next_slot,
-                   lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
-                   error_text = NULL, updated = v_now
-              FROM slots n
-             WHERE t.id = n.id AND t.stage = n.stage
-        )
-        INSERT INTO queue.history
-        SELECT (queue._history_row(c::queue.live_tasks, 'done', c.attempt, c.worker, c.error_text, c.started, v_now)).*
-          FROM cur c;
-        GET DIAGNOSTICS v_count = ROW_COUNT;
-        IF v_count = 1 THEN
+        SELECT t.* INTO v_task
+          FROM queue.live_tasks t
+         WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NOT NULL
+           AND (finish.stage IS NULL OR t.stage = finish.stage)
+           FOR UPDATE;
+        IF FOUND THEN
+            PERFORM queue._rearm(v_task, 'done', v_task.attempt, v_task.worker, v_task.error_text, v_task.started, v_now);
             RETURN true;
         END IF;
     ELSE

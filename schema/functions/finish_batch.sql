@@ -15,7 +15,7 @@ AS $$
 DECLARE
     v_now   timestamptz := pg_catalog.now();
     v_done  integer;
-    v_again integer;
+    v_task  queue.live_tasks;
     v_rerun integer;
     v_due   text[];
     v_stage text;
@@ -65,7 +65,7 @@ BEGIN
         RETURN v_done;
     END IF;
     -- Periodic tasks: record the run, re-arm the same row for the next one (see finish).
-    WITH cur AS (
+    FOR v_task IN
         SELECT t.*
           FROM queue.live_tasks t
          WHERE (t.id, t.lease) IN (SELECT p.id, p.lease
@@ -74,22 +74,10 @@ BEGIN
            AND NOT t.rerun AND t.repeat IS NOT NULL
            AND (finish_batch.stage IS NULL OR t.stage = finish_batch.stage)
            FOR UPDATE OF t
-    ), slots AS MATERIALIZED (
-        -- The next slot apart from the UPDATE: Citus calls no STABLE function on a column there.
-        SELECT c.id, c.stage, queue._next_slot(c.slot, c.repeat, c.drift, v_now) AS next_slot FROM cur c
-    ), rearmed AS (
-        UPDATE queue.live_tasks t
-           SET status = 'ready', attempt = 0, run_at = n.next_slot, slot = n.next_slot,
-               lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
-               error_text = NULL, updated = v_now
-          FROM slots n
-         WHERE t.id = n.id AND t.stage = n.stage
-    )
-    INSERT INTO queue.history
-    SELECT (queue._history_row(c::queue.live_tasks, 'done', c.attempt, c.worker, c.error_text, c.started, v_now)).*
-      FROM cur c;
-    GET DIAGNOSTICS v_again = ROW_COUNT;
-    v_done := v_done + v_again;
+    LOOP
+        PERFORM queue._rearm(v_task, 'done', v_task.attempt, v_task.worker, v_task.error_text, v_task.started, v_now);
+        v_done := v_done + 1;
+    END LOOP;
     IF v_done = pg_catalog.cardinality(finish_batch.id) THEN
         RETURN v_done;
     END IF;

@@ -22,25 +22,16 @@ DECLARE
     v_count integer;
     v_held  text := pg_catalog.current_setting('skiplock.held', true);
     v_entry text;
+    v_task  queue.live_tasks;
 BEGIN
     IF finish_locked.id IS NULL THEN
-        RAISE EXCEPTION 'id must not be NULL'
-            USING ERRCODE = '22004', DETAIL = 'finish_locked was called with id NULL.',
-                  HINT = 'Pass the id that take_locked returned.';
+        PERFORM queue._raise_bad_argument('finish_locked', 'id');
+    ELSIF pg_catalog.length(finish_locked.worker) > 200 THEN
+        PERFORM queue._raise_bad_argument('finish_locked', 'worker', finish_locked.worker);
     END IF;
-    IF pg_catalog.length(finish_locked.worker) > 200 THEN
-        RAISE EXCEPTION 'worker name too long'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('The worker name has %s characters.', pg_catalog.length(finish_locked.worker)),
-                  HINT = 'Name workers in at most 200 characters, e.g. host:pid.';
-    END IF;
-
     -- Held by this transaction: take_locked recorded it, signed, and nothing here ended it since.
-    v_entry := queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(),
-                                 finish_locked.id);
-    IF NOT coalesce(pg_catalog.strpos(v_held, v_entry) > 0, false) THEN
-        RETURN false;
-    END IF;
+    v_entry := queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(), finish_locked.id);
+    IF NOT coalesce(pg_catalog.strpos(v_held, v_entry) > 0, false) THEN RETURN false; END IF;
 
     -- A deleted task needs no strike-out: a later end finds no row.
     WITH done AS (
@@ -58,38 +49,19 @@ BEGIN
     END IF;
 
     -- A periodic task: record this run, re-arm the same row for the next one, struck out of the record.
-    -- A task of another stage than the one given is not this call's: it stays in the record.
-    IF finish_locked.stage IS NOT NULL
-       AND NOT EXISTS (SELECT FROM queue.live_tasks t WHERE t.id = finish_locked.id AND t.stage = finish_locked.stage) THEN
-        RETURN false;
+    SELECT t.* INTO v_task
+      FROM queue.live_tasks t
+     WHERE t.id = finish_locked.id AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage);
+    IF v_task.id IS NULL AND finish_locked.stage IS NOT NULL THEN
+        RETURN false;  -- a task of another stage than the one given is not this call's: it stays in the record
     END IF;
     PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held, v_entry, ','), true);
-    WITH cur AS (
-        SELECT t.*
-          FROM queue.live_tasks t
-         WHERE t.id = finish_locked.id AND t.status IN ('ready', 'error') AND t.repeat IS NOT NULL
-           AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
-    ), slots AS MATERIALIZED (
-        -- The next slot apart from the UPDATE: Citus calls no STABLE function on a column there.
-        SELECT c.id, c.stage, queue._next_slot(c.slot, c.repeat, c.drift, v_now) AS next_slot FROM cur c
-    ), rearmed AS (
-        UPDATE queue.live_tasks t
-           SET status = 'ready', attempt = 0, run_at = n.next_slot, slot = n.next_slot,
-               lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
-               error_text = NULL, updated = v_now
-          FROM slots n
-         WHERE t.id = n.id AND t.stage = n.stage
-    )
-    INSERT INTO queue.history
-    SELECT (queue._history_row(c::queue.live_tasks, 'done', c.attempt + 1, finish_locked.worker, c.error_text, pg_catalog.now(), v_now)).*
-      FROM cur c;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    IF v_count = 1 THEN
-        RETURN true;
+    IF v_task.repeat IS NULL OR v_task.status NOT IN ('ready', 'error') THEN
+        RETURN false;  -- held, yet ended by this transaction outside the record (cancel): struck out too
     END IF;
-    -- Held, yet no such row: ended by this transaction outside the record (cancel). Nothing to undo:
-    -- the struck record matches the task's end.
-    RETURN false;
+    PERFORM queue._rearm(v_task, 'done', v_task.attempt + 1, finish_locked.worker, v_task.error_text,
+                         pg_catalog.now(), v_now);
+    RETURN true;
 END
 $$;
 COMMENT ON FUNCTION queue.finish_locked(bigint, text, text) IS 'Ends successfully a task this transaction took with take_locked: done, to queue.history (a periodic task is re-armed). Only a task this transaction took (row lock and signed entry in skiplock.held) ends; false, changing nothing, otherwise.';

@@ -18,11 +18,7 @@ DECLARE
     v_until   timestamptz;
 BEGIN
     IF heartbeat.id IS NULL OR heartbeat.lease IS NULL THEN
-        RAISE EXCEPTION 'id and lease must not be NULL'
-            USING ERRCODE = '22004',
-                  DETAIL = pg_catalog.format('heartbeat was called with id %s and lease %s.',
-                                             coalesce(heartbeat.id::text, 'NULL'), coalesce(heartbeat.lease::text, 'NULL')),
-                  HINT = 'Pass the id and lease that take_next returned.';
+        PERFORM queue._raise_bad_argument('heartbeat', 'id, lease', heartbeat.id::text, heartbeat.lease::text);
     END IF;
     IF heartbeat.lease_for <= interval '0' THEN
         RAISE EXCEPTION 'lease_for must be positive'

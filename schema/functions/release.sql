@@ -26,17 +26,9 @@ DECLARE
     v_now   timestamptz := pg_catalog.now();
 BEGIN
     IF release.id IS NULL OR release.lease IS NULL THEN
-        RAISE EXCEPTION 'id and lease must not be NULL'
-            USING ERRCODE = '22004',
-                  DETAIL = pg_catalog.format('release was called with id %s and lease %s.',
-                                             coalesce(release.id::text, 'NULL'), coalesce(release.lease::text, 'NULL')),
-                  HINT = 'Pass the id and lease that take_next returned.';
-    END IF;
-    IF release.retry_in < interval '0' THEN
-        RAISE EXCEPTION 'retry_in must not be negative'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('retry_in is %s.', release.retry_in),
-                  HINT = 'Use NULL (the default) to hand the task back at once in its old place.';
+        PERFORM queue._raise_bad_argument('release', 'id, lease', release.id::text, release.lease::text);
+    ELSIF release.retry_in < interval '0' THEN
+        PERFORM queue._raise_bad_argument('release', 'retry_in', release.retry_in::text);
     END IF;
 
     UPDATE queue.live_tasks t

@@ -35,28 +35,24 @@ DECLARE
     v_held          text := NULLIF(pg_catalog.current_setting('skiplock.held', true), '');
     v_held_ids      bigint[];
 BEGIN
+    -- <take checks> (take_locked and consume: the same text, tests/py/test_one_way.py)
     IF take_locked.stage IS NULL OR take_locked.stage IN ('', '*') OR pg_catalog.octet_length(take_locked.stage) > 54 THEN
         PERFORM queue._check_stage(take_locked.stage);
     END IF;
     IF take_locked.batch IS NULL OR take_locked.batch < 1 OR take_locked.batch > 10000 THEN
-        RAISE EXCEPTION 'batch out of range'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('batch is %s.', coalesce(take_locked.batch::text, 'NULL')),
-                  HINT = 'Take 1 to 10000 tasks per call.';
+        PERFORM queue._raise_bad_argument('take_locked', 'batch', take_locked.batch::text);
     END IF;
     v_settings := queue._settings(take_locked.stage);  -- the stage's row, else the defaults ('*')
     IF v_settings.restricted THEN
         PERFORM queue._check_access(take_locked.stage, 'take');
     END IF;
     IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL THEN
-        RAISE EXCEPTION 'stage % has concurrency limits', pg_catalog.quote_literal(take_locked.stage)
-            USING ERRCODE = '0A000',
-                  DETAIL = 'max_running and group_limit count running tasks; a task taken with take_locked stays ''ready''.',
-                  HINT = 'Take from this stage with take_next, or lift its limits with configure_stage.';
+        PERFORM queue._raise_bad_argument('take_locked', 'limits', take_locked.stage);
     END IF;
     IF v_settings.paused THEN
         RETURN;
     END IF;
+    -- </take checks>
 
     -- Where to start: as take_next, where this session's last claim in the stage ended, so that
     -- a claim does not walk the index entries of the tasks finished since, which stay until

@@ -44,10 +44,7 @@ BEGIN
         PERFORM queue._check_stage(take_next.stage);
     END IF;
     IF take_next.batch IS NULL OR take_next.batch < 1 OR take_next.batch > 10000 THEN
-        RAISE EXCEPTION 'batch out of range'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('batch is %s.', coalesce(take_next.batch::text, 'NULL')),
-                  HINT = 'Take 1 to 10000 tasks per call.';
+        PERFORM queue._raise_bad_argument('take_next', 'batch', take_next.batch::text);
     END IF;
     IF v_lease <= interval '0' THEN
         RAISE EXCEPTION 'lease_for must be positive'
@@ -56,10 +53,7 @@ BEGIN
                   HINT = 'Give the time a worker needs for one task, e.g. interval ''5 minutes''.';
     END IF;
     IF pg_catalog.length(take_next.worker) > 200 THEN
-        RAISE EXCEPTION 'worker name too long'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('The worker name has %s characters.', pg_catalog.length(take_next.worker)),
-                  HINT = 'Name workers in at most 200 characters, e.g. host:pid.';
+        PERFORM queue._raise_bad_argument('take_next', 'worker', take_next.worker);
     END IF;
     v_settings := queue._settings(take_next.stage);  -- the stage's row, else the defaults ('*')
     -- A restricted stage (grant_stage) hands tasks, and so their leases, only to the roles it

@@ -240,14 +240,16 @@ def test_a_later_revision_ships_only_what_changed_and_points_back_for_its_downgr
     monkeypatch.setattr(revision, "SCHEMA_DIR", schema)
     (schema / "functions" / "take_next.sql").write_text((schema / "functions" / "take_next.sql").read_text() + "-- x\n")
     (schema / "functions" / "brand_new.sql").write_text("SELECT 1;\n")
+    head = revision.revisions()[-1][1].name  # the latest revision, which the new one follows
+    number = f"{int(head[:4]) + 1:04d}"
+    shipped_in = [d.name for _, d in revision.revisions() if (d / "functions" / "take_next.sql").exists()][-1]
     directory = revision.make_revision("claim position\nkept  simple, and a message longer than forty characters")
-    assert directory is not None and directory.name == "0101_claim_position_kept_simple_and_a_message"
-    text = (versions / "0101_claim_position_kept_simple_and_a_message.py").read_text()
+    assert directory is not None and directory.name == f"{number}_claim_position_kept_simple_and_a_message"
+    text = (versions / f"{number}_claim_position_kept_simple_and_a_message.py").read_text()
     assert text.splitlines()[0] == '"""claim position kept simple, and a message longer than forty characters'
     copies = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*.sql"))
     assert copies == ["downgrade/drop/functions/brand_new.sql", "functions/brand_new.sql", "functions/take_next.sql"]
-    baseline = revision.revisions()[0][1].name
-    assert f"'{baseline}/functions/take_next.sql'" in text.split("DOWNGRADE =")[1], text
+    assert f"'{shipped_in}/functions/take_next.sql'" in text.split("DOWNGRADE =")[1], text
     assert revision.unshipped() == [] and revision.removed() == []
 
 

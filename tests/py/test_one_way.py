@@ -1,5 +1,6 @@
-"""One way to do each thing in schema/: the blocks take_next and take_locked share stay the same text
-(a call to a shared helper costs more than the copy on the hot path: docs/decisions.md), the move to
+"""One way to do each thing in schema/: the blocks take_next and take_locked share, and those take_locked
+and consume share, stay the same text (a call to a shared helper costs more than the copy on the hot
+path: docs/decisions.md), the move to
 history is written only in queue._history_row, and stage settings are read only by queue._settings."""
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ def _block(function: str, name: str) -> str:
     text = (FUNCTIONS / f"{function}.sql").read_text()
     match = re.search(rf"-- <{name}>[^\n]*\n(.*?)-- </{name}>", text, re.S)
     assert match, f"{function}.sql has no block <{name}> … </{name}>"
-    return match.group(1).replace(f"{function}.", "<function>.")
+    return match.group(1).replace(f"{function}.", "<function>.").replace(f"'{function}'", "'<function>'")
 
 
 @pytest.mark.parametrize("name", SHARED)
 def test_take_next_and_take_locked_share_the_block(name: str) -> None:
     assert _block("take_next", name) == _block("take_locked", name)
+
+
+def test_take_locked_and_consume_share_their_checks() -> None:
+    assert _block("take_locked", "take checks") == _block("consume", "take checks")
 
 
 def test_the_move_to_history_is_written_once() -> None:

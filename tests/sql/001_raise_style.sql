@@ -161,12 +161,13 @@ SELECT results_eq(
 );
 SELECT is(
     (SELECT count(*)::integer FROM queue_raises WHERE function = 'queue.heartbeat(bigint,uuid,interval,text)'),
-    3,
-    'heartbeat has its three RAISE EXCEPTION statements read'
+    2,
+    'heartbeat has its two RAISE EXCEPTION statements read (its NULL check raises through _raise_bad_argument)'
 );
 SELECT ok(
-    (SELECT bool_and(has_detail AND has_hint) FROM queue_raises WHERE function = 'queue.fail(bigint,uuid,text,boolean,interval,text)'),
-    'fail''s raises have DETAIL and HINT'
+    (SELECT bool_and(has_detail AND has_hint) AND count(*) = 7
+       FROM queue_raises WHERE function = 'queue._raise_bad_argument(text,text,text,text)'),
+    'the seven shared argument errors of _raise_bad_argument are read and have DETAIL and HINT'
 );
 
 SELECT * FROM finish();

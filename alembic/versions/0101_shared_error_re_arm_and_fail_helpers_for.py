@@ -17,6 +17,7 @@ depends_on = None
 VERSIONS = Path(__file__).parent
 UPGRADE = [
     '0101_shared_error_re_arm_and_fail_helpers_for/functions/_fail_attempt.sql',
+    '0101_shared_error_re_arm_and_fail_helpers_for/functions/_held_entry.sql',
     '0101_shared_error_re_arm_and_fail_helpers_for/functions/_raise_bad_argument.sql',
     '0101_shared_error_re_arm_and_fail_helpers_for/functions/_rearm.sql',
     '0101_shared_error_re_arm_and_fail_helpers_for/functions/consume.sql',
@@ -43,6 +44,7 @@ DOWNGRADE = [
     '0100_baseline/functions/consume.sql',
     '0101_shared_error_re_arm_and_fail_helpers_for/downgrade/drop/functions/_rearm.sql',
     '0101_shared_error_re_arm_and_fail_helpers_for/downgrade/drop/functions/_raise_bad_argument.sql',
+    '0100_baseline/functions/_held_entry.sql',
     '0101_shared_error_re_arm_and_fail_helpers_for/downgrade/drop/functions/_fail_attempt.sql',
 ]
 

@@ -29,14 +29,15 @@ BEGIN
     ELSIF pg_catalog.length(finish_locked.worker) > 200 THEN
         PERFORM queue._raise_bad_argument('finish_locked', 'worker', finish_locked.worker);
     END IF;
-    -- Only a task held by this transaction: take_locked recorded it, signed, and nothing here ended
-    -- it since (checked in the statement: one statement fewer). A deleted task needs no strike-out.
+    -- Held by this transaction: take_locked recorded it, signed, and nothing here ended it since.
+    v_entry := queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(), finish_locked.id);
+    IF NOT coalesce(pg_catalog.strpos(v_held, v_entry) > 0, false) THEN RETURN false; END IF;
+
+    -- A deleted task needs no strike-out: a later end finds no row.
     WITH done AS (
         DELETE FROM queue.live_tasks t
          WHERE t.id = finish_locked.id AND t.status IN ('ready', 'error') AND t.repeat IS NULL
            AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
-           AND pg_catalog.strpos(v_held, queue._held_entry((SELECT k.key FROM queue.fence_key k),
-                                                           pg_catalog.pg_current_xact_id(), finish_locked.id)) > 0
         RETURNING t.*
     )
     INSERT INTO queue.history
@@ -47,8 +48,6 @@ BEGIN
         RETURN true;
     END IF;
 
-    v_entry := queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(), finish_locked.id);
-    IF NOT coalesce(pg_catalog.strpos(v_held, v_entry) > 0, false) THEN RETURN false; END IF;
     -- A periodic task: record this run, re-arm the same row for the next one, struck out of the record.
     SELECT t.* INTO v_task
       FROM queue.live_tasks t

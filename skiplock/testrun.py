@@ -33,6 +33,20 @@ __all__ = ["TEMPLATE_ENV", "create_database", "drop_database", "drop_template", 
            "prepare_tap_databases", "prepare_template", "run_pg_prove", "run_pytest"]
 
 
+# pytest's processes (pytest-xdist), each with a cluster of its own: much of a test's time is
+# waiting (subprocesses starting, leases running out, held snapshots), and three processes on two
+# cores keep the CPU busy through it. `TEST_ARGS="-n 0"` runs one process; `-n N` another count.
+PYTEST_WORKERS = 3
+
+
+def with_workers(extra: list[str]) -> list[str]:
+    """pytest's arguments, with `-n PYTEST_WORKERS` unless they choose a count, and the ten slowest
+    tests listed unless they ask for another count."""
+    chosen = any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in extra)
+    durations = any(a.startswith("--durations") for a in extra)
+    return [*([] if chosen else ["-n", str(PYTEST_WORKERS)]), *([] if durations else ["--durations=10"]), *extra]
+
+
 def main(argv: list[str] | None = None) -> int:
     extra = list(sys.argv[1:] if argv is None else argv)
     if lint.run() != 0:
@@ -65,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             codes[f"pgTAP on {major}"] = run_pg_prove(prepare_tap_databases(admin_url, template))
             if not citus.installed():
                 print(citus.skipped_line(), flush=True)  # the file skips itself too
-            codes[f"pytest on {major}"] = run_pytest(admin_url, extra, template, summary=pytest_summary)
+            codes[f"pytest on {major}"] = run_pytest(admin_url, with_workers(extra), template, summary=pytest_summary)
             if others is not None:
                 if others.poll() is None:
                     print(f"\nwaiting for the other majors ({', '.join(map(str, majors))})", flush=True)

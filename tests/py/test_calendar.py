@@ -21,8 +21,10 @@ import pytest
 
 from skiplock import devdb, testrun
 
+# Each clock is a whole pgTAP run. The year's end of 2030 is also the date past which the time bomb
+# above went off; a run at "2000 days ahead" (2032) found nothing these two do not, and was dropped
+# to keep the suite's time.
 CLOCKS = {
-    "2000 days ahead": "+2000d",
     "past 2100, a century year that is not a leap year": "+30000d",
     "across midnight, a month's and a year's end": "@2030-12-31 23:59:57",
 }

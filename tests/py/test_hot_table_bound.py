@@ -7,8 +7,9 @@ of queue.live_tasks are sampled; they must stay within a bound set by what a fre
 BACKLOG-row table needs, which does not depend on TOTAL. Every task must be processed exactly once. Then the history of the run goes by
 rotation: rotate_partitions drops the partitions that hold it, never deleting row by row.
 
-TOTAL is SKIPLOCK_HOT_TABLE_TASKS (default 1,000,000: the figure of the issue); develop with
-SKIPLOCK_HOT_TABLE_TASKS=50000.
+TOTAL is SKIPLOCK_HOT_TABLE_TASKS (default 500,000: without vacuum, or with a table that kept finished
+rows, the hot table passes the bound within about 330,000 tasks, so the test can fail; the issue's
+figure, 1,000,000, also passes); develop with SKIPLOCK_HOT_TABLE_TASKS=50000 (which cannot fail).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import psycopg
 import workload
 
 STAGE = "hot.bound"
-TOTAL = int(os.environ.get("SKIPLOCK_HOT_TABLE_TASKS", "1000000"))
+TOTAL = int(os.environ.get("SKIPLOCK_HOT_TABLE_TASKS", "500000"))
 BACKLOG = min(10_000, TOTAL)   # live tasks the producer keeps at most
 CHUNK = 1_000                  # tasks per enqueue_batch
 TAKE_BATCH = 100

@@ -39,12 +39,13 @@ bench-peers: venv-bench peers-packages
 	$(PY) -m bench.peers $(PEERS_ARGS)
 
 # The peers, installed only when missing, into .peers/ (not committed): Graphile Worker from npm,
-# Procrastinate from PyPI (a venv of its own: its dependencies stay out of skiplock's), PgQ from
-# Debian. Versions pinned to those bench/PEERS.md was measured with; the run records what it found.
+# Procrastinate and PgQueuer from PyPI (a venv of their own: their dependencies stay out of
+# skiplock's), PgQ from Debian. Versions pinned to those bench/PEERS.md was measured with; the run records what it found.
 # An apt install can upgrade postgresql-15 itself: a cluster running across it must be restarted.
 PEERS_DIR := .peers
 GRAPHILE_WORKER_VERSION := 0.17.3
 PROCRASTINATE_VERSION := 3.10.0
+PGQUEUER_VERSION := 1.6.0
 peers-packages:
 	@dpkg-query -W -f='$${Status}' postgresql-15-pgq3 2>/dev/null | grep -q "install ok installed" || { \
 	    SUDO=""; [ "$$(id -u)" -eq 0 ] || SUDO="sudo"; \
@@ -57,6 +58,8 @@ peers-packages:
 	@$(PEERS_DIR)/venv/bin/python -c "import importlib.metadata as m; assert m.version('procrastinate') == '$(PROCRASTINATE_VERSION)'" 2>/dev/null || { \
 	    python3 -m venv $(PEERS_DIR)/venv && \
 	    $(PEERS_DIR)/venv/bin/pip install -q --disable-pip-version-check procrastinate==$(PROCRASTINATE_VERSION) 'psycopg[binary]'; }
+	@$(PEERS_DIR)/venv/bin/python -c "import importlib.metadata as m; assert m.version('pgqueuer') == '$(PGQUEUER_VERSION)'" 2>/dev/null || { \
+	    $(PEERS_DIR)/venv/bin/pip install -q --disable-pip-version-check pgqueuer==$(PGQUEUER_VERSION); }
 
 ## profile: where enqueue, take and finish spend their time, per function, statement and line (plprofiler)
 profile: venv

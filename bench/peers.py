@@ -6,8 +6,12 @@ bench/out/peers-*.json.
 
 The peers are installed by the Makefile target from this machine's registries (npm, PyPI, Debian),
 into .peers/ (not committed): Graphile Worker's schema goes in through its own CLI, Procrastinate's
-through `procrastinate schema --apply`, PgQ as the extension. PgQueuer is not driven: its queries
-exist only inside its Python library (bench/PEERS.md says so).
+through `procrastinate schema --apply`, PgQ as the extension. PgQueuer (installed beside
+Procrastinate) has no SQL API, its queries exist only inside its Python library: it is not in
+these cells but in bench/peers_libs.py's (python -m bench.peers_libs), which drives skiplock's
+Python client, PgQueuer's QueueManager and Procrastinate's worker with no-op handlers and writes
+the section "## Through the worker libraries" of bench/PEERS.md; a run of this module keeps that
+section as it was.
 
     python -m bench.peers                      # W1, W2, W2b at 4 and 16 clients, 10 s a cell
     python -m bench.peers --seconds 3 --clients 4 --only W1   # a quick look
@@ -401,10 +405,18 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(result)
     (OUT_DIR / "PEERS.md").write_text(text)
     if not args.no_publish:
-        (BENCH_DIR / "PEERS.md").write_text(text)
+        (BENCH_DIR / "PEERS.md").write_text(text + libs_section(BENCH_DIR / "PEERS.md"))
     print(text)
     log(f"done in {result['elapsed_min']:.1f} min: " + ("bench/PEERS.md" if not args.no_publish else "bench/out/PEERS.md"))
     return 0
+
+
+def libs_section(path: Path) -> str:
+    """bench.peers_libs' section of the PEERS.md about to be replaced (with a blank line before it),
+    or nothing: its own run writes it, this one keeps it."""
+    old = path.read_text() if path.exists() else ""
+    at = old.find("\n## Through the worker libraries\n")
+    return "\n" + old[at + 1:] if at >= 0 else ""
 
 
 def commit() -> str:
@@ -504,8 +516,10 @@ def markdown(result: dict) -> str:
               "- **skiplock**: `queue.enqueue`; `take_next` + `finish`; `finish_and_take`; `take_locked` + "
               "`finish_locked` in one transaction; `take_next(batch => 100)` + `finish_batch`. Finished tasks "
               "are kept in `queue.history`.",
-              "- **PgQueuer** is not in this table: it installs from PyPI, but it has no SQL API (its queries are "
-              "built by its Python library), and a driver through its worker library was not written in time."]
+              "- **PgQueuer** is not in this table: it has no SQL API (its queries are built by its Python "
+              "library), so it is driven through its own worker library, its `QueueManager` with a no-op "
+              "entrypoint, beside skiplock's Python client: see \"Through the worker libraries\" below "
+              "(`python -m bench.peers_libs`)."]
     if result["errors"]:
         lines += ["", "## Errors", ""] + [f"- {k}: `{v.splitlines()[0] if v else ''}`" for k, v in result["errors"].items()]
     return "\n".join(lines) + "\n"

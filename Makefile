@@ -35,6 +35,8 @@ bench: venv-bench
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 ## bench-peers: skiplock beside Graphile Worker, Procrastinate and PgQ, one cluster, one run; writes bench/PEERS.md
+# Through the worker libraries instead (skiplock's Python client, PgQueuer's QueueManager, Procrastinate's worker, no-op
+# handlers): `make peers-packages venv-bench && .venv/bin/python -m bench.peers_libs`, its own section of bench/PEERS.md.
 bench-peers: venv-bench peers-packages
 	$(PY) -m bench.peers $(PEERS_ARGS)
 

@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.report:
         text = markdown(json.loads(Path(args.report).read_text()))
-        (BENCH_DIR / "PEERS.md").write_text(text)
+        (BENCH_DIR / "PEERS.md").write_text(text + libs_section(BENCH_DIR / "PEERS.md"))
         print(text)
         return 0
     clients = tuple(int(c) for c in args.clients.split(","))

@@ -1,4 +1,4 @@
-"""shared error, re-arm and fail helpers for the worker API
+"""shared error, re-arm and fail helpers for the worker API; schedule refuses a long time zone before its scan
 
 Revision ID: 0101
 Revises: 0100
@@ -28,12 +28,14 @@ UPGRADE = [
     '0101_shared_error_re_arm_and_fail_helpers_for/functions/finish_locked.sql',
     '0101_shared_error_re_arm_and_fail_helpers_for/functions/heartbeat.sql',
     '0101_shared_error_re_arm_and_fail_helpers_for/functions/release.sql',
+    '0101_shared_error_re_arm_and_fail_helpers_for/functions/schedule.sql',
     '0101_shared_error_re_arm_and_fail_helpers_for/functions/take_locked.sql',
     '0101_shared_error_re_arm_and_fail_helpers_for/functions/take_next.sql',
 ]
 DOWNGRADE = [
     '0100_baseline/functions/take_next.sql',
     '0100_baseline/functions/take_locked.sql',
+    '0100_baseline/functions/schedule.sql',
     '0100_baseline/functions/release.sql',
     '0100_baseline/functions/heartbeat.sql',
     '0100_baseline/functions/finish_locked.sql',

@@ -48,6 +48,10 @@ class Reaper(threading.Thread):
         self.join(10)
 
 
+# Seconds a crash test may take at most, only against a hang: a drain takes seconds on a quiet
+# machine and minutes under a second suite's load (45 s was too short there).
+DEADLINE = 300.0
+
 def configure_fast_recovery(conn: psycopg.Connection, stage: str) -> None:
     conn.execute("SELECT queue.configure_stage(%s, lease_duration => interval '1 second',"
                  " max_attempts => 100, backoff_base => interval '0')", (stage,))
@@ -92,7 +96,7 @@ def test_sigkilled_workers_lose_no_task(db: str, tmp_path: Path):
 
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
-    deadline = time.monotonic() + 45
+    deadline = time.monotonic() + DEADLINE
     procs: dict[str, mp.Process] = {}
     outs: dict[str, str] = {}
 
@@ -172,7 +176,7 @@ def test_terminated_connections_lose_no_task(db: str, tmp_path: Path):
 
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
-    deadline = time.monotonic() + 45
+    deadline = time.monotonic() + DEADLINE
     names = [f"term-{i}" for i in range(workers)]
     outs = {n: str(tmp_path / f"{n}.pickle") for n in names}
     procs = [ctx.Process(target=workload.reference, args=(db, n, stage, stop, outs[n], deadline + 10),

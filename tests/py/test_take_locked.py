@@ -19,7 +19,10 @@ from skiplock import devdb, migrate
 STAGE = "lk.drain"
 TASKS = 20_000
 WORKERS = 6
-DRAIN_DEADLINE = 180.0  # seconds; the drain takes ~5 s here; a hang fails instead of blocking
+# Seconds without any task ending before the test calls it a hang (the drain takes ~5 s on a quiet
+# machine). Kills come only while tasks end: a fixed kill rate could outpace workers that a busy
+# machine slows down, and stall the drain for good (it did, beside a second suite).
+STALL_DEADLINE = 180.0
 
 
 def _worker(db: str, n: int, stop: threading.Event, done: list[int], errors: list[str]) -> None:
@@ -72,19 +75,23 @@ def test_lock_workers_killed_and_rolling_back_end_every_task_exactly_once(db: st
     threads = [threading.Thread(target=_worker, args=(db, n, stop, done, errors), daemon=True)
                for n in range(WORKERS)]
     kills = 0
-    deadline = time.monotonic() + DRAIN_DEADLINE
     try:
         for t in threads:
             t.start()
         with psycopg.connect(db, autocommit=True) as conn:
             rng = random.Random(7)
-            while conn.execute("SELECT count(*) FROM queue.live_tasks WHERE stage = %s", (STAGE,)).fetchone()[0]:
-                assert time.monotonic() < deadline, "tasks still live at the deadline: a hang"
+            last, progressed = TASKS + 1, time.monotonic()
+            while live := conn.execute("SELECT count(*) FROM queue.live_tasks WHERE stage = %s",
+                                       (STAGE,)).fetchone()[0]:
                 assert not errors, errors
-                # Kill a worker's connection wherever it is: mid-task, mid-finish, mid-commit.
-                kills += conn.execute(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
-                    (f"lk-worker-{rng.randrange(WORKERS)}",)).fetchone()[0]
+                if live < last:
+                    last, progressed = live, time.monotonic()
+                    # Kill a worker's connection wherever it is: mid-task, mid-finish, mid-commit.
+                    kills += conn.execute(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
+                        (f"lk-worker-{rng.randrange(WORKERS)}",)).fetchone()[0]
+                assert time.monotonic() - progressed < STALL_DEADLINE, (
+                    f"{live} tasks live and none ended for {STALL_DEADLINE:.0f} s: a hang")
                 time.sleep(0.05)
     finally:
         stop.set()

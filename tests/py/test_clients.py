@@ -10,6 +10,8 @@ within its slow poll when the stage turned NOTIFY off.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -61,9 +63,18 @@ def node_ready() -> None:
     if missing:
         pytest.fail(f"{' and '.join(missing)} not found: the Node client's tests need Node.js >= 18"
                     " and npm (Debian: apt-get install nodejs npm)", pytrace=False)
-    proc = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"npm ci failed:\n{proc.stdout}\n{proc.stderr}"
+    # Once per checkout, under a file lock: `npm ci` empties node_modules first, and under
+    # pytest-xdist another process's module may be running a Node client at that moment.
+    lock = NODE_DIR / ".npm-ci.lock"
+    marker = NODE_DIR / "node_modules" / f".skiplock-ci-{hashlib.sha256((NODE_DIR / 'package-lock.json').read_bytes()).hexdigest()[:16]}"
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if marker.exists():
+            return
+        proc = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, f"npm ci failed:\n{proc.stdout}\n{proc.stderr}"
+        marker.touch()
 
 
 LANGUAGES = {

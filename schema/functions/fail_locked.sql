@@ -38,7 +38,7 @@ BEGIN
         PERFORM queue._raise_bad_argument('fail_locked', 'worker', fail_locked.worker);
     END IF;
     -- Held by this transaction: take_locked recorded it, signed, and nothing here ended it since.
-    v_entry := queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(), fail_locked.id);
+    SELECT queue._held_entry(k.key, pg_catalog.pg_current_xact_id(), fail_locked.id) INTO v_entry FROM queue.fence_key k;
     IF NOT coalesce(pg_catalog.strpos(v_held, v_entry) > 0, false) THEN RETURN false; END IF;
     SELECT t.* INTO v_task
       FROM queue.live_tasks t

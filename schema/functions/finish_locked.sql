@@ -19,7 +19,6 @@ CREATE OR REPLACE FUNCTION queue.finish_locked(id bigint, worker text DEFAULT NU
 AS $$
 DECLARE
     v_now   timestamptz := pg_catalog.clock_timestamp();
-    v_count integer;
     v_held  text := pg_catalog.current_setting('skiplock.held', true);
     v_entry text;
     v_task  queue.live_tasks;
@@ -30,7 +29,7 @@ BEGIN
         PERFORM queue._raise_bad_argument('finish_locked', 'worker', finish_locked.worker);
     END IF;
     -- Held by this transaction: take_locked recorded it, signed, and nothing here ended it since.
-    v_entry := queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(), finish_locked.id);
+    SELECT queue._held_entry(k.key, pg_catalog.pg_current_xact_id(), finish_locked.id) INTO v_entry FROM queue.fence_key k;
     IF NOT coalesce(pg_catalog.strpos(v_held, v_entry) > 0, false) THEN RETURN false; END IF;
 
     -- A deleted task needs no strike-out: a later end finds no row.
@@ -43,8 +42,7 @@ BEGIN
     INSERT INTO queue.history
     SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt + 1, finish_locked.worker, d.error_text, pg_catalog.now(), v_now)).*
       FROM done d;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
-    IF v_count = 1 THEN
+    IF FOUND THEN
         RETURN true;
     END IF;
 

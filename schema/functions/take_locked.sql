@@ -94,7 +94,8 @@ BEGIN
     -- (as ids: an <> ALL filter keeps the planner's estimate, and so the index scan, of the claim).
     IF v_held <> ',' THEN
         v_held_ids := ARRAY(SELECT pg_catalog.split_part(e, ':', 1)::bigint
-                              FROM pg_catalog.unnest(pg_catalog.string_to_array(pg_catalog.btrim(v_held, ','), ',')) e);
+                              FROM pg_catalog.unnest(pg_catalog.string_to_array(v_held, ',')) e
+                             WHERE e <> '');
     END IF;
     <<claim>>
     LOOP
@@ -107,41 +108,38 @@ BEGIN
             v_full          := true;
         END IF;
         -- </claim from the beginning>
+        -- Each claimed row, in claim order, passes a filter that records it (a filter is evaluated
+        -- once per row, above the row lock): the claim position moves to it, and an entry for it,
+        -- signed, goes into the transaction-local skiplock.held, which finish_locked and
+        -- fail_locked check; a rollback undoes both with the locks. The position is the last row
+        -- the filter saw, at most the greatest claimed: a next claim starts there or earlier.
         RETURN QUERY
-        WITH claimed AS (
-            SELECT c.id, c.payload, c.attempt + 1 AS attempt, c.priority, c.key, c.run_at
-              FROM queue.live_tasks c
-             WHERE c.stage = take_locked.stage
-               AND c.status IN ('ready', 'error')
-               AND c.run_as IS NULL
-               AND c.run_at <= v_now
-               AND (v_held_ids IS NULL OR c.id <> ALL (v_held_ids))
-               AND (c.priority, c.run_at, c.id) >= (v_from_priority, v_from_run_at, v_from_id)
-             ORDER BY c.priority, c.run_at, c.id
-             LIMIT take_locked.batch
-               FOR UPDATE SKIP LOCKED
-        ), hint AS (
-            -- <claim hint> (the same text in take_next and take_locked): the next claim of this
-            -- session starts at the last task of this one.
-            SELECT pg_catalog.set_config('skiplock.claim_hint',
-                       CASE WHEN pg_catalog.isfinite(l.run_at)
-                            THEN pg_catalog.concat_ws('/', l.priority,
-                                     (EXTRACT(epoch FROM l.run_at) * 1000000)::bigint,
-                                     l.id, v_rescan_at, take_locked.stage)
-                            ELSE '' END,
-                       false) AS hint
-              FROM (SELECT c.priority, c.run_at, c.id FROM claimed c
-                     ORDER BY c.priority DESC, c.run_at DESC, c.id DESC LIMIT 1) l
-            -- </claim hint>
-        )
         SELECT c.id, c.payload, c.attempt, c.priority, c.key
-          FROM claimed c CROSS JOIN hint h
-         -- The record finish_locked and fail_locked check, one entry a task (a filter is evaluated
-         -- once per row): undone with the locks by a rollback.
-         WHERE pg_catalog.set_config('skiplock.held',
-                   coalesce(NULLIF(pg_catalog.current_setting('skiplock.held', true), ''), ',')
-                   || pg_catalog.ltrim(queue._held_entry((SELECT k.key FROM queue.fence_key k),
-                                                          pg_catalog.pg_current_xact_id(), c.id), ','),
+          FROM (SELECT c.id, c.payload, c.attempt + 1 AS attempt, c.priority, c.key, c.run_at
+                  FROM queue.live_tasks c
+                 WHERE c.stage = take_locked.stage
+                   AND c.status IN ('ready', 'error')
+                   AND c.run_as IS NULL
+                   AND c.run_at <= v_now
+                   AND (v_held_ids IS NULL OR c.id <> ALL (v_held_ids))
+                   AND (c.priority, c.run_at, c.id) >= (v_from_priority, v_from_run_at, v_from_id)
+                 ORDER BY c.priority, c.run_at, c.id
+                 LIMIT take_locked.batch
+                   FOR UPDATE SKIP LOCKED) c
+         WHERE
+              -- <claim hint> (the same text in take_next and take_locked)
+              pg_catalog.set_config('skiplock.claim_hint',
+                  CASE WHEN pg_catalog.isfinite(c.run_at)
+                       THEN pg_catalog.concat_ws('/', c.priority, (EXTRACT(epoch FROM c.run_at) * 1000000)::bigint,
+                                                 c.id, v_rescan_at, take_locked.stage)
+                       ELSE '' END,
+                  false)
+              -- </claim hint>
+              IS NOT NULL
+           AND pg_catalog.set_config('skiplock.held',
+                   pg_catalog.concat(pg_catalog.current_setting('skiplock.held', true),
+                                     queue._held_entry((SELECT k.key FROM queue.fence_key k),
+                                                       pg_catalog.pg_current_xact_id(), c.id)),
                    true) IS NOT NULL
          ORDER BY c.priority, c.run_at, c.id;
         EXIT claim WHEN FOUND OR v_full;

@@ -169,18 +169,19 @@ BEGIN
                        FOR UPDATE SKIP LOCKED))
             RETURNING t.id, t.payload, t.attempt, t.lease, t.lease_expires, t.priority, t.key, t.run_at
         ), hint AS (
-            -- <claim hint> (the same text in take_next and take_locked): the next claim of this
-            -- session starts at the last task of this one.
-            SELECT pg_catalog.set_config('skiplock.claim_hint',
-                       CASE WHEN pg_catalog.isfinite(l.run_at)
-                            THEN pg_catalog.concat_ws('/', l.priority,
-                                     (EXTRACT(epoch FROM l.run_at) * 1000000)::bigint,
-                                     l.id, v_rescan_at, take_next.stage)
-                            ELSE '' END,
-                       false) AS hint
+            -- The next claim of this session starts at the last task of this one.
+            SELECT
+              -- <claim hint> (the same text in take_next and take_locked)
+              pg_catalog.set_config('skiplock.claim_hint',
+                  CASE WHEN pg_catalog.isfinite(c.run_at)
+                       THEN pg_catalog.concat_ws('/', c.priority, (EXTRACT(epoch FROM c.run_at) * 1000000)::bigint,
+                                                 c.id, v_rescan_at, take_next.stage)
+                       ELSE '' END,
+                  false)
+              -- </claim hint>
+              AS hint
               FROM (SELECT c.priority, c.run_at, c.id FROM claimed c
-                     ORDER BY c.priority DESC, c.run_at DESC, c.id DESC LIMIT 1) l
-            -- </claim hint>
+                     ORDER BY c.priority DESC, c.run_at DESC, c.id DESC LIMIT 1) c
         )
         SELECT c.id, c.payload, c.attempt, c.lease, c.lease_expires, c.priority, c.key
           FROM claimed c CROSS JOIN hint h

@@ -153,6 +153,11 @@ def run_pg_prove(urls: str | list[str]) -> int:
     return code if tests > 0 else 1
 
 
+def chooses_workers(args: list[str]) -> bool:
+    """Whether pytest's arguments choose a number of pytest-xdist processes (`-n N`, `--numprocesses`)."""
+    return any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in args)
+
+
 def run_pytest(admin_url: str, extra: list[str], template: str | None = None,
                environment: dict[str, str] | None = None, summary: list[str] | None = None) -> int:
     """pytest on admin_url's server (copies of `template` when given), `environment` added to ours.
@@ -162,8 +167,7 @@ def run_pytest(admin_url: str, extra: list[str], template: str | None = None,
     env["SKIPLOCK_TEST_ADMIN_URL"] = admin_url
     if template is not None:
         env[TEMPLATE_ENV] = template
-    if any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in extra) and \
-            not any(a.startswith("--dist") for a in extra):
+    if chooses_workers(extra) and not any(a.startswith("--dist") for a in extra):
         # pytest-xdist: a module's tests stay together (some build on what an earlier one left)
         extra = [*extra, "--dist", "loadscope"]
     if summary is None:

@@ -18,6 +18,7 @@ from skiplock import citus, devdb, lint, versions
 from skiplock.sqlfiles import ROOT
 from skiplock.testdb import (
     TEMPLATE_ENV,
+    chooses_workers,
     create_database,
     drop_database,
     drop_template,
@@ -42,7 +43,7 @@ PYTEST_WORKERS = 3
 def with_workers(extra: list[str]) -> list[str]:
     """pytest's arguments, with `-n PYTEST_WORKERS` unless they choose a count, and the ten slowest
     tests listed unless they ask for another count."""
-    chosen = any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in extra)
+    chosen = chooses_workers(extra)
     durations = any(a.startswith("--durations") for a in extra)
     return [*([] if chosen else ["-n", str(PYTEST_WORKERS)]), *([] if durations else ["--durations=10"]), *extra]
 

@@ -27,7 +27,7 @@ from skiplock.testrun import create_database, drop_database
 def cluster() -> Iterator[devdb.Cluster | None]:
     """The throwaway cluster this session started, or None when the server came from outside.
 
-    Under pytest-xdist (`-n 2`) each worker starts a cluster of its own even when `make test`
+    Under pytest-xdist (`make test` runs three processes) each worker starts a cluster of its own even when `make test`
     started one: modules that hold the xmin horizon, cancel autovacuum or terminate backends must
     not reach into another worker's modules (TEST_DATABASE_URL, a server given on purpose, is
     shared all the same)."""

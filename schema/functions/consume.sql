@@ -28,7 +28,10 @@ BEGIN
     IF consume.batch IS NULL OR consume.batch < 1 OR consume.batch > 10000 THEN
         PERFORM queue._raise_bad_argument('consume', 'batch', consume.batch::text);
     END IF;
-    v_settings := queue._settings(consume.stage);  -- the stage's row, else the defaults ('*')
+    -- <settings> (the stage's row, else the defaults '*': the same text in _settings and its inline copies)
+    v_settings := coalesce((SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) consume.stage),
+                           (SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) '*'));
+    -- </settings>
     IF v_settings.restricted THEN
         PERFORM queue._check_access(consume.stage, 'take');
     END IF;

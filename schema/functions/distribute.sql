@@ -3,8 +3,7 @@
 -- colocation group; the small tables become reference tables; the worker-side calls are
 -- registered for delegation by their stage argument, forced for the worker calls but finish (inside
 -- a transaction too: a take's per-stage lock and a task's row locks stay on one node). Functions
--- that plan generically on one server plan per call here (Citus cannot route a generic plan), and
--- take_locked reads its fence key before its claim (a subquery there is refused).
+-- that plan generically on one server plan per call here (Citus cannot route a generic plan).
 -- A stage left out defaults to '' (a NULL one crashes Citus's coordinator). skiplock_owner gets
 -- LOGIN: Citus reaches the workers as the current user, which inside a
 -- SECURITY DEFINER call is skiplock_owner. Idempotent: returns one row per change it made.
@@ -21,7 +20,6 @@ DECLARE
     v_done    boolean;
     v_call    record;
     v_current text;
-    v_def     text;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension e WHERE e.extname = 'citus') THEN
         RAISE EXCEPTION 'citus is not installed in this database'
@@ -61,16 +59,6 @@ BEGIN
         EXECUTE pg_catalog.format('ALTER FUNCTION %s RESET plan_cache_mode', v_call.fn);
         RETURN NEXT pg_catalog.format('%s plans each call', v_call.fn);
     END LOOP;
-    -- take_locked signs its claims with fence_key through a subquery inside the claim statement,
-    -- which a forced call refuses: here it reads the key into a variable first.
-    v_def := pg_catalog.pg_get_functiondef('queue.take_locked(text,integer)'::regprocedure);
-    IF pg_catalog.strpos(v_def, 'v_fence_key') = 0
-       AND pg_catalog.strpos(v_def, '(SELECT k.key FROM queue.fence_key k)') > 0 THEN
-        v_def := pg_catalog.replace(v_def, '(SELECT k.key FROM queue.fence_key k)', 'v_fence_key');
-        EXECUTE pg_catalog.regexp_replace(v_def, '\mDECLARE\M',
-                    'DECLARE' || E'\n    v_fence_key text := (SELECT k.key FROM queue.fence_key k);');
-        RETURN NEXT 'queue.take_locked(text,integer) reads the fence key before its claim';
-    END IF;
     -- Every function exists on every node (delegated calls call the helpers there).
     FOR v_call IN
         SELECT p.oid::regprocedure AS fn

@@ -86,7 +86,10 @@ BEGIN
                   HINT = 'A group_key is 1 to 200 characters, or NULL for none.';
     END IF;
     -- A restricted stage (grant_stage) admits only the roles it lists; open stages skip the lookup.
-    v_settings := queue._settings(enqueue.stage);  -- the stage's row, else the defaults ('*')
+    -- <settings> (the stage's row, else the defaults '*': the same text in _settings and its inline copies)
+    v_settings := coalesce((SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) enqueue.stage),
+                           (SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) '*'));
+    -- </settings>
     IF v_settings.restricted THEN
         PERFORM queue._check_access(enqueue.stage, 'enqueue');
     END IF;

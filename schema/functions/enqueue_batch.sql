@@ -60,7 +60,10 @@ BEGIN
         END;
     END IF;
     -- A restricted stage (grant_stage) admits only the roles it lists; open stages skip the lookup.
-    v_settings := queue._settings(enqueue_batch.stage);
+    -- <settings> (the stage's row, else the defaults '*': the same text in _settings and its inline copies)
+    v_settings := coalesce((SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) enqueue_batch.stage),
+                           (SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) '*'));
+    -- </settings>
     IF v_settings.restricted THEN
         PERFORM queue._check_access(enqueue_batch.stage, 'enqueue');
     END IF;

@@ -34,6 +34,7 @@ DECLARE
     -- The tasks this transaction holds already (',<id>:<code>,' each), or NULL.
     v_held          text := NULLIF(pg_catalog.current_setting('skiplock.held', true), '');
     v_held_ids      bigint[];
+    v_key           text;           -- queue.fence_key's, which signs the entries
 BEGIN
     -- <take checks> (take_locked and consume: the same text, tests/py/test_one_way.py)
     IF take_locked.stage IS NULL OR take_locked.stage IN ('', '*') OR pg_catalog.octet_length(take_locked.stage) > 54 THEN
@@ -42,7 +43,10 @@ BEGIN
     IF take_locked.batch IS NULL OR take_locked.batch < 1 OR take_locked.batch > 10000 THEN
         PERFORM queue._raise_bad_argument('take_locked', 'batch', take_locked.batch::text);
     END IF;
-    v_settings := queue._settings(take_locked.stage);  -- the stage's row, else the defaults ('*')
+    -- <settings> (the stage's row, else the defaults '*': the same text in _settings and its inline copies)
+    v_settings := coalesce((SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) take_locked.stage),
+                           (SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) '*'));
+    -- </settings>
     IF v_settings.restricted THEN
         PERFORM queue._check_access(take_locked.stage, 'take');
     END IF;
@@ -97,6 +101,7 @@ BEGIN
                               FROM pg_catalog.unnest(pg_catalog.string_to_array(v_held, ',')) e
                              WHERE e <> '');
     END IF;
+    SELECT k.key INTO v_key FROM queue.fence_key k;
     <<claim>>
     LOOP
         -- <claim from the beginning> (the same text in take_next and take_locked)
@@ -138,8 +143,7 @@ BEGIN
               IS NOT NULL
            AND pg_catalog.set_config('skiplock.held',
                    pg_catalog.concat(pg_catalog.current_setting('skiplock.held', true),
-                                     queue._held_entry((SELECT k.key FROM queue.fence_key k),
-                                                       pg_catalog.pg_current_xact_id(), c.id)),
+                                     queue._held_entry(v_key, pg_catalog.pg_current_xact_id(), c.id)),
                    true) IS NOT NULL
          ORDER BY c.priority, c.run_at, c.id;
         EXIT claim WHEN FOUND OR v_full;

@@ -55,7 +55,10 @@ BEGIN
     IF pg_catalog.length(take_next.worker) > 200 THEN
         PERFORM queue._raise_bad_argument('take_next', 'worker', take_next.worker);
     END IF;
-    v_settings := queue._settings(take_next.stage);  -- the stage's row, else the defaults ('*')
+    -- <settings> (the stage's row, else the defaults '*': the same text in _settings and its inline copies)
+    v_settings := coalesce((SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) take_next.stage),
+                           (SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) '*'));
+    -- </settings>
     -- A restricted stage (grant_stage) hands tasks, and so their leases, only to the roles it
     -- lists; open stages skip the lookup. Denial raises rather than returning nothing.
     IF v_settings.restricted THEN

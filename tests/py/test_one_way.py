@@ -1,7 +1,8 @@
 """One way to do each thing in schema/: the blocks take_next and take_locked share, and those take_locked
 and consume share, stay the same text (a call to a shared helper costs more than the copy on the hot
 path: docs/decisions.md), the move to
-history is written only in queue._history_row, and stage settings are read only by queue._settings."""
+history is written only in queue._history_row, and stage settings are read only by queue._settings's
+<settings> block or its inline copies on the hot path."""
 
 from __future__ import annotations
 
@@ -40,10 +41,21 @@ def test_the_move_to_history_is_written_once() -> None:
             assert "queue._history_row(" in insert, f"{name}: {insert.strip()}"
 
 
+INLINE_SETTINGS = ("take_next", "take_locked", "consume", "enqueue", "enqueue_batch")
+
+
+@pytest.mark.parametrize("function", INLINE_SETTINGS)
+def test_the_hot_path_inlines_the_settings_lookup_of_settings(function: str) -> None:
+    assert "queue._settings(" not in (FUNCTIONS / f"{function}.sql").read_text()
+    assert _block(function, "settings") == _block("_settings", "settings")
+
+
 def test_stage_settings_are_read_only_by_settings() -> None:
     # A statement that locks the row (FOR UPDATE, before changing it) is not a lookup.
     # reap_hung reads it inside its statement over live_tasks, where Citus runs no function that queries.
-    readers = sorted(p.name for p in FUNCTIONS.glob("*.sql") if p.name not in ("_settings.sql", "reap_hung.sql")
-                     for statement in re.findall(r"FROM queue\.stage_settings\b[^;]*;", p.read_text())
+    def outside_the_block(p: Path) -> str:
+        return re.sub(r"-- <settings>.*?-- </settings>", "", p.read_text(), flags=re.S)
+    readers = sorted(p.name for p in FUNCTIONS.glob("*.sql") if p.name != "reap_hung.sql"
+                     for statement in re.findall(r"FROM queue\.stage_settings\b[^;]*;", outside_the_block(p))
                      if "FOR UPDATE" not in statement)
     assert readers == [], f"functions that read queue.stage_settings themselves (use queue._settings): {readers}"

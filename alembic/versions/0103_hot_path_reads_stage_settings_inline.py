@@ -1,4 +1,4 @@
-"""hot path reads stage settings inline; take_locked reads the fence key before its claim
+"""hot path reads stage settings inline; enqueue tests its arguments in one expression
 
 Revision ID: 0103
 Revises: 0102

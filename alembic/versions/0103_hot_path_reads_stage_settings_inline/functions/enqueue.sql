@@ -35,55 +35,63 @@ DECLARE
     -- A periodic task's first slot is its first run.
     v_slot   timestamptz := CASE WHEN enqueue.repeat IS NOT NULL THEN coalesce(enqueue.run_at, pg_catalog.now()) END;
 BEGIN
-    -- The checkers run only to raise: calling a function that pins search_path costs more than the test.
-    IF enqueue.stage IS NULL OR enqueue.stage IN ('', '*') OR pg_catalog.octet_length(enqueue.stage) > 54 THEN
-        PERFORM queue._check_stage(enqueue.stage);
-    END IF;
-    IF enqueue.payload IS NULL OR pg_catalog.jsonb_typeof(enqueue.payload) NOT IN ('object', 'array')
-       OR pg_catalog.pg_column_size(enqueue.payload) > 1048576 THEN
-        PERFORM queue._check_payload(enqueue.payload);
-    END IF;
-    IF enqueue.priority IS NULL THEN
-        RAISE EXCEPTION 'priority must not be NULL'
-            USING ERRCODE = '22004', DETAIL = 'enqueue was called with priority NULL.',
-                  HINT = 'Lower runs first; the default is 0.';
-    END IF;
-    IF enqueue.mode IS NULL OR enqueue.mode NOT IN ('ignore', 'rerun') THEN
-        RAISE EXCEPTION 'unknown enqueue mode'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('mode is %s.',
-                                             CASE WHEN enqueue.mode IS NULL THEN 'NULL'
-                                                  WHEN pg_catalog.length(enqueue.mode) <= 80 THEN pg_catalog.quote_literal(enqueue.mode)
-                                                  ELSE pg_catalog.format('%s... (%s characters)', pg_catalog.quote_literal(pg_catalog.left(enqueue.mode, 80)),
-                                                                         pg_catalog.length(enqueue.mode)) END),
-                  HINT = 'Use ''ignore'' (keep the existing task) or ''rerun'' (run it again with the new payload).';
-    END IF;
-    IF enqueue.key = '' OR pg_catalog.length(enqueue.key) > 1000 THEN
-        RAISE EXCEPTION 'invalid key'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('The key has %s characters.', pg_catalog.length(enqueue.key)),
-                  HINT = 'A key is 1 to 1000 characters, or NULL for none.';
-    END IF;
-    IF enqueue.repeat IS NOT NULL
-       AND (enqueue.repeat < interval '1 second'
-            OR pg_catalog.date_part('year', enqueue.repeat) < 0 OR pg_catalog.date_part('month', enqueue.repeat) < 0
-            OR pg_catalog.date_part('day', enqueue.repeat) < 0
-            OR enqueue.repeat - pg_catalog.date_trunc('day', enqueue.repeat) < interval '0') THEN
-        RAISE EXCEPTION 'invalid repeat'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('repeat is %s.', enqueue.repeat),
-                  HINT = 'A periodic task repeats every 1 second or more, e.g. interval ''1 hour'', with no negative part (not ''1 day -1 hour''); NULL for a one-off task.';
-    END IF;
-    IF enqueue.drift IS NULL THEN
-        RAISE EXCEPTION 'drift must not be NULL'
-            USING ERRCODE = '22004', DETAIL = 'enqueue was called with drift NULL.',
-                  HINT = 'true (default): plan the next run from the planned time; false: from the end of the run.';
-    END IF;
-    IF enqueue.group_key = '' OR pg_catalog.length(enqueue.group_key) > 200 THEN
-        RAISE EXCEPTION 'invalid group_key'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('The group_key has %s characters.', pg_catalog.length(enqueue.group_key)),
-                  HINT = 'A group_key is 1 to 200 characters, or NULL for none.';
+    -- One test of every argument, then, only when one is out of bounds, the tests that say which
+    -- (a PL/pgSQL expression costs its setup in every transaction; the checkers pin search_path).
+    IF enqueue.stage IS NULL OR enqueue.stage IN ('', '*') OR pg_catalog.octet_length(enqueue.stage) > 54
+       OR enqueue.payload IS NULL OR pg_catalog.jsonb_typeof(enqueue.payload) NOT IN ('object', 'array')
+       OR pg_catalog.pg_column_size(enqueue.payload) > 1048576
+       OR enqueue.priority IS NULL OR enqueue.mode IS NULL OR enqueue.mode NOT IN ('ignore', 'rerun')
+       OR enqueue.key = '' OR pg_catalog.length(enqueue.key) > 1000 OR enqueue.repeat IS NOT NULL
+       OR enqueue.drift IS NULL OR enqueue.group_key = '' OR pg_catalog.length(enqueue.group_key) > 200 THEN
+        IF enqueue.stage IS NULL OR enqueue.stage IN ('', '*') OR pg_catalog.octet_length(enqueue.stage) > 54 THEN
+            PERFORM queue._check_stage(enqueue.stage);
+        END IF;
+        IF enqueue.payload IS NULL OR pg_catalog.jsonb_typeof(enqueue.payload) NOT IN ('object', 'array')
+           OR pg_catalog.pg_column_size(enqueue.payload) > 1048576 THEN
+            PERFORM queue._check_payload(enqueue.payload);
+        END IF;
+        IF enqueue.priority IS NULL THEN
+            RAISE EXCEPTION 'priority must not be NULL'
+                USING ERRCODE = '22004', DETAIL = 'enqueue was called with priority NULL.',
+                      HINT = 'Lower runs first; the default is 0.';
+        END IF;
+        IF enqueue.mode IS NULL OR enqueue.mode NOT IN ('ignore', 'rerun') THEN
+            RAISE EXCEPTION 'unknown enqueue mode'
+                USING ERRCODE = '22023',
+                      DETAIL = pg_catalog.format('mode is %s.',
+                                                 CASE WHEN enqueue.mode IS NULL THEN 'NULL'
+                                                      WHEN pg_catalog.length(enqueue.mode) <= 80 THEN pg_catalog.quote_literal(enqueue.mode)
+                                                      ELSE pg_catalog.format('%s... (%s characters)', pg_catalog.quote_literal(pg_catalog.left(enqueue.mode, 80)),
+                                                                             pg_catalog.length(enqueue.mode)) END),
+                      HINT = 'Use ''ignore'' (keep the existing task) or ''rerun'' (run it again with the new payload).';
+        END IF;
+        IF enqueue.key = '' OR pg_catalog.length(enqueue.key) > 1000 THEN
+            RAISE EXCEPTION 'invalid key'
+                USING ERRCODE = '22023',
+                      DETAIL = pg_catalog.format('The key has %s characters.', pg_catalog.length(enqueue.key)),
+                      HINT = 'A key is 1 to 1000 characters, or NULL for none.';
+        END IF;
+        IF enqueue.repeat IS NOT NULL
+           AND (enqueue.repeat < interval '1 second'
+                OR pg_catalog.date_part('year', enqueue.repeat) < 0 OR pg_catalog.date_part('month', enqueue.repeat) < 0
+                OR pg_catalog.date_part('day', enqueue.repeat) < 0
+                OR enqueue.repeat - pg_catalog.date_trunc('day', enqueue.repeat) < interval '0') THEN
+            RAISE EXCEPTION 'invalid repeat'
+                USING ERRCODE = '22023',
+                      DETAIL = pg_catalog.format('repeat is %s.', enqueue.repeat),
+                      HINT = 'A periodic task repeats every 1 second or more, e.g. interval ''1 hour'', with no negative part (not ''1 day -1 hour''); NULL for a one-off task.';
+        END IF;
+        IF enqueue.drift IS NULL THEN
+            RAISE EXCEPTION 'drift must not be NULL'
+                USING ERRCODE = '22004', DETAIL = 'enqueue was called with drift NULL.',
+                      HINT = 'true (default): plan the next run from the planned time; false: from the end of the run.';
+        END IF;
+        IF enqueue.group_key = '' OR pg_catalog.length(enqueue.group_key) > 200 THEN
+            RAISE EXCEPTION 'invalid group_key'
+                USING ERRCODE = '22023',
+                      DETAIL = pg_catalog.format('The group_key has %s characters.', pg_catalog.length(enqueue.group_key)),
+                      HINT = 'A group_key is 1 to 200 characters, or NULL for none.';
+        END IF;
     END IF;
     -- A restricted stage (grant_stage) admits only the roles it lists; open stages skip the lookup.
     -- <settings> (the stage's row, else the defaults '*': the same text in _settings and its inline copies)

@@ -65,24 +65,18 @@ def test_statement_timeout_during_a_large_enqueue_batch_leaves_nothing(fault_db:
     with psycopg.connect(fault_db, autocommit=True) as conn, \
             psycopg.connect(fault_db, autocommit=True) as observer:
         # The same batch goes in fine without a timeout: the payloads are not the problem.
-        took = 0.0
-        for control in ("fault.control1", "fault.control2"):  # the second run is the warm one
+        took = []
+        for control in ("fault.control1", "fault.control2"):
             started = time.monotonic()
             ids = conn.execute("SELECT queue.enqueue_batch(payloads => %s::jsonb[], stage => %s)",
                                (batch, control)).fetchall()
-            took = time.monotonic() - started
+            took.append(time.monotonic() - started)
             assert len(ids) == BIG_BATCH
 
-        # '1ms', as the issue says; then fractions of what the batch takes, so that the timeout
-        # fires in the middle of the INSERT, with rows already written. A fraction that lets the
-        # batch through commits it (to its own stage) and proves nothing: the next one is shorter.
-        # On a busy machine a run's phases stretch unevenly: more fractions, until one fired mid-INSERT.
-        fired: dict[int, int] = {}
-        for k, fraction in enumerate((0.0, 0.7, 0.5, 0.35, 0.25, 0.15, 0.08, 0.04)):
-            if any(written > 0 for written in fired.values()):
-                break
+        def attempt(k: int, timeout_ms: int) -> int | None:
+            """The batch under a statement_timeout: None when it went through (all of it, to its own
+            stage), else the rows it had written when cancelled (all rolled back)."""
             stage = f"fault.timeout{k}"
-            timeout_ms = max(1, int(took * 1000 * fraction))
             workload.flush_stats(observer)
             inserts_before = flushed_inserts(observer, 0, timeout=0)
             conn.execute(f"SET statement_timeout = '{timeout_ms}ms'")
@@ -92,20 +86,38 @@ def test_statement_timeout_during_a_large_enqueue_batch_leaves_nothing(fault_db:
                 assert cancelled.sqlstate == "57014"
                 assert "statement timeout" in str(cancelled)
             else:
-                assert timeout_ms > 1, "a 1 ms statement_timeout did not fire"
                 assert stage_count(observer, stage) == BIG_BATCH  # all, never part
-                continue
+                return None
             finally:
                 conn.execute("RESET statement_timeout")
             assert stage_count(observer, stage) == 0
             assert stage_count(conn, stage) == 0
             workload.flush_stats(conn)
-            fired[timeout_ms] = flushed_inserts(observer, inserts_before + 1, timeout=5) - inserts_before
+            return flushed_inserts(observer, inserts_before + 1, timeout=5) - inserts_before
+
+        # '1ms', as the issue says; then a timeout that fires in the middle of the INSERT, with rows
+        # already written. The machine's load stretches a run's phases unevenly, so no fraction of
+        # a measured run is sure to land there: halve the interval between a timeout that fired
+        # before the INSERT (lo) and one the batch outran (hi) until one lands mid-INSERT.
+        fired: dict[int, int] = {}
+        written = attempt(0, 1)
+        assert written is not None, "a 1 ms statement_timeout did not fire"
+        fired[1] = written
+        lo, hi = 1, int(max(took) * 1000 * 2) + 1
+        for k in range(1, 30):
+            if any(w > 0 for w in fired.values()) or hi - lo < 2:
+                break
+            timeout_ms = (lo + hi) // 2
+            written = attempt(k, timeout_ms)
+            if written is None:
+                hi = timeout_ms
+            else:
+                fired[timeout_ms] = written
+                lo = timeout_ms
         print(f"\nstatement_timeout fired (ms: rows written then rolled back, 0 left): {fired};"
-              f" the batch alone takes {took * 1000:.0f} ms")
-        assert 1 in fired
+              f" the batch alone takes {min(took) * 1000:.0f} ms")
         # At least one timeout fired after the INSERT had begun: rows existed and were rolled back.
-        assert any(written > 0 for written in fired.values()), "no timeout fired mid-INSERT"
+        assert any(w > 0 for w in fired.values()), f"no timeout fired mid-INSERT (between {lo} and {hi} ms)"
         # The connection is usable and the stage takes a batch now.
         assert len(conn.execute("SELECT queue.enqueue_batch(payloads => %s::jsonb[], stage => 'fault.timeout0')",
                                 (batch[:10],)).fetchall()) == 10

@@ -9,6 +9,7 @@ The last line printed is the verdict of the whole run.
 
 from __future__ import annotations
 
+import compileall
 import os
 import subprocess
 import sys
@@ -48,10 +49,19 @@ def with_workers(extra: list[str]) -> list[str]:
     return [*([] if chosen else ["-n", str(PYTEST_WORKERS)]), *([] if durations else ["--durations=10"]), *extra]
 
 
+def compile_bytecode() -> None:
+    """Bytecode for the checkout's own modules, written once. The suite starts hundreds of Python
+    processes (pytest's, the CLI, spawned workers); where PYTHONDONTWRITEBYTECODE is set, as in
+    many CI images, each of them would compile these modules again (0.2 s of CPU for the CLI)."""
+    for folder in ("skiplock", "tests", "clients", "alembic", "bench"):
+        compileall.compile_dir(ROOT / folder, quiet=1, workers=1)
+
+
 def main(argv: list[str] | None = None) -> int:
     extra = list(sys.argv[1:] if argv is None else argv)
     if lint.run() != 0:
         return 1
+    compile_bytecode()
     explicit = os.environ.get("TEST_DATABASE_URL")
     cluster = None
     template = None

@@ -183,7 +183,10 @@ def test_compact_keeps_every_row_as_it_was_and_gives_the_space_back(conn: psycop
     tasks, bytes_before, bytes_after = conn.execute("SELECT * FROM queue.compact()").fetchone()
     assert tasks == conn.execute("SELECT count(*) FROM queue.live_tasks").fetchone()[0]
     assert conn.execute(ROWS_SQL).fetchone()[0] == before_rows, "every column of every row is unchanged"
-    assert bytes_before == before_size and bytes_after == _size(conn) and bytes_after * 3 < bytes_before
+    assert bytes_before == before_size and bytes_after * 3 < bytes_before
+    # Once compact() commits, autovacuum may give the new files their visibility and free-space
+    # maps (a few pages): the size reported is that of the rewritten table, not a later one.
+    assert bytes_after <= _size(conn) <= bytes_after + 64 * 1024, (bytes_after, _size(conn))
     for task_id, lease in taken:  # a running attempt keeps its lease
         assert conn.execute("SELECT queue.finish(%s, %s)", (task_id, lease)).fetchone()[0]
     new_id = conn.execute("SELECT queue.enqueue('{}', 'compact.rows')").fetchone()[0]

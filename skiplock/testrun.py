@@ -53,7 +53,7 @@ def compile_bytecode() -> None:
     """Bytecode for the checkout's own modules, written once. The suite starts hundreds of Python
     processes (pytest's, the CLI, spawned workers); where PYTHONDONTWRITEBYTECODE is set, as in
     many CI images, each of them would compile these modules again (0.2 s of CPU for the CLI)."""
-    for folder in ("skiplock", "tests", "clients", "alembic", "bench"):
+    for folder in ("skiplock", "tests", "clients/python", "alembic", "bench"):
         compileall.compile_dir(ROOT / folder, quiet=1, workers=1)
 
 

@@ -121,7 +121,7 @@ def _connect(url: str, name: str) -> psycopg.Connection:
 
 
 def mixed_worker(url: str, index: int, produce: Any, stop: Any, failed: Any, warm: Any, out: str,
-                 seed: int, deadline: float) -> None:
+                 seed: int, deadline: float, quiet: Any) -> None:
     """Producer and worker in one loop until stop: while `produce` is set, enqueue (single, with a
     key, in a group, batches); take from every worker stage; heartbeat some tasks; finish (hop
     A→B), fail with a retry, or fail for good. Odd workers take with `SELECT *` (as the README
@@ -137,9 +137,14 @@ def mixed_worker(url: str, index: int, produce: Any, stop: Any, failed: Any, war
                 else "SELECT id, payload, attempt, lease FROM queue.take_next(stage => %s, batch => %s, worker => %s)")
     conn = _connect(url, name)
     n = 0
+    said_quiet = False
     while not stop.is_set() and time.monotonic() < deadline:
         if conn.broken:
             conn = _connect(url, name)
+        if not produce.is_set() and not said_quiet:  # from here on this worker enqueues nothing
+            with quiet.get_lock():
+                quiet.value += 1
+            said_quiet = True
         if produce.is_set():
             n += 1
             roll = rng.random()
@@ -340,11 +345,12 @@ def _run_scenario(url: str, start: str, head: str, tmp_path: Path) -> None:
 
     ctx = mp.get_context("spawn")
     produce, stop, failed, warm = ctx.Event(), ctx.Event(), ctx.Value("i", 0), ctx.Value("i", 0)
+    quiet = ctx.Value("i", 0)  # workers that saw `produce` cleared: none of them enqueues again
     produce.set()
     deadline = time.monotonic() + DRAIN_DEADLINE + STARTUP_DEADLINE
     outs = [str(tmp_path / f"worker-{i}.pickle") for i in range(WORKERS)]
     admin_out = str(tmp_path / "admin.pickle")
-    procs = [ctx.Process(target=mixed_worker, args=(url, i, produce, stop, failed, warm, outs[i], 1000 + i, deadline),
+    procs = [ctx.Process(target=mixed_worker, args=(url, i, produce, stop, failed, warm, outs[i], 1000 + i, deadline, quiet),
                          name=f"upg-worker-{i}", daemon=True) for i in range(WORKERS)]
     procs.append(ctx.Process(target=admin_worker, args=(url, stop, failed, admin_out, deadline), name="upg-admin", daemon=True))
     try:
@@ -374,7 +380,8 @@ def _run_scenario(url: str, start: str, head: str, tmp_path: Path) -> None:
             while True:
                 left = conn.execute("SELECT count(*) AS n FROM queue.live_tasks WHERE stage = ANY(%s) AND repeat IS NULL",
                                     ([A, B, C, G, HOLD],)).fetchone()["n"]
-                if left == 0 or failed.value:
+                # Drained once no worker can still be inside an enqueue it began before produce.clear().
+                if (left == 0 and quiet.value == WORKERS) or failed.value:
                     break                             # drained, or a call failed: the records below say which
                 assert time.monotonic() < up_end + DRAIN_DEADLINE, f"{left} tasks still live {DRAIN_DEADLINE} s after the upgrade"
                 assert all(p.is_alive() for p in procs), f"a worker died: {[p.exitcode for p in procs]}"

@@ -48,7 +48,7 @@ BEGIN
     RETURN QUERY
     WITH done AS (
         DELETE FROM queue.live_tasks t
-         WHERE t.ctid = ANY (ARRAY(
+         WHERE t.stage = consume.stage AND t.ctid = ANY (ARRAY(
                    SELECT c.ctid
                      FROM queue.live_tasks c
                     WHERE c.stage = consume.stage

@@ -4,8 +4,9 @@
 -- as a one-off run (history does not keep the schedule: enqueue it again to restore it).
 -- Wakes the stage's waiting workers (_wake_waiters).
 -- Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a running or done task, SK002 when
--- a live task has taken its key. Locks the task's row; writes queue.live_tasks and queue.history.
--- stage, when given, is the task's last stage (routes the call on Citus); any other: P0002 or 55000.
+-- a live task has taken its key, 0A000 on Citus without a stage. Locks the task's row; writes
+-- queue.live_tasks and queue.history. stage, when given, is the task's last stage (routes the call
+-- on Citus); any other: P0002 or 55000.
 CREATE OR REPLACE FUNCTION queue.retry(id bigint, stage text DEFAULT NULL)
     RETURNS void
     LANGUAGE plpgsql
@@ -25,10 +26,16 @@ BEGIN
             USING ERRCODE = '22004', DETAIL = 'retry was called with id NULL.',
                   HINT = 'Pass the id of a task, e.g. from queue.tasks.';
     END IF;
-    SELECT t.status INTO v_status
-      FROM queue.live_tasks t
-     WHERE t.id = retry.id AND (retry.stage IS NULL OR t.stage = retry.stage)
-       FOR UPDATE;
+    BEGIN
+        SELECT t.status INTO v_status
+          FROM queue.live_tasks t
+         WHERE t.id = retry.id AND (retry.stage IS NULL OR t.stage = retry.stage)
+           FOR UPDATE;
+    EXCEPTION WHEN feature_not_supported THEN  -- Citus: no row locks across shards
+        RAISE EXCEPTION 'retry needs the task''s stage on Citus'
+            USING ERRCODE = '0A000', DETAIL = SQLERRM,
+                  HINT = 'Call queue.retry(id, stage): the stage routes the call to the shard that holds the task.';
+    END;
     IF FOUND THEN
         IF v_status = 'running' THEN
             RAISE EXCEPTION 'cannot retry task %: it is running', retry.id

@@ -97,7 +97,7 @@ BEGIN
                 END IF;
                 v_locking := 'queue.history_default';
                 LOCK TABLE queue.history_default IN ACCESS EXCLUSIVE MODE;
-                IF EXISTS (SELECT FROM queue.history_default d
+                IF EXISTS (SELECT 1 FROM queue.history_default d
                             WHERE d.finished >= pg_catalog.lower(v_piece) AND d.finished < pg_catalog.upper(v_piece)) THEN
                     action := 'skipped: rows in default';
                     partition := pg_catalog.format('queue.%I', v_name);

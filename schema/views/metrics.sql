@@ -1,16 +1,10 @@
 -- A view shaped for Prometheus (postgres_exporter's custom queries, see contrib/postgres_exporter):
 -- one row for every stage and every status, so that each series exists even when it is 0.
--- Reads live_tasks once; finds history's stages by a loose index scan (one probe a stage) and
+-- Reads live_tasks once; finds history's stages by a loose index scan (_history_stages) and
 -- counts its last minute in one range scan for all stages (not a LATERAL per stage: see
 -- docs/decisions.md), in the partitions pruned to that minute at run time.
 CREATE OR REPLACE VIEW queue.metrics AS
-WITH RECURSIVE history_stages AS (
-    SELECT (SELECT h.stage FROM queue.history h ORDER BY h.stage LIMIT 1) AS stage
-    UNION ALL
-    SELECT (SELECT h.stage FROM queue.history h WHERE h.stage > s.stage ORDER BY h.stage LIMIT 1)
-      FROM history_stages s
-     WHERE s.stage IS NOT NULL
-), live AS (
+WITH live AS (
     SELECT t.stage, t.status::text::queue.task_status AS status, pg_catalog.count(*) AS tasks,
            CASE WHEN t.status = 'running'
                 THEN pg_catalog.max(pg_catalog.now() - t.started)
@@ -21,7 +15,7 @@ WITH RECURSIVE history_stages AS (
 ), stages AS (
     SELECT l.stage FROM live l
     UNION
-    SELECT s.stage FROM history_stages s WHERE s.stage IS NOT NULL
+    SELECT s.stage FROM queue._history_stages() AS s(stage)
 ), recent AS (
     SELECT h.stage, h.status, pg_catalog.count(*) AS finished
       FROM queue.history h

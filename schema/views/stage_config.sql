@@ -4,26 +4,12 @@
 -- application roles. The stages listed: '*', those with settings or access rows, those with live
 -- tasks and those schedules enqueue into.
 CREATE OR REPLACE VIEW queue.stage_config AS
-WITH RECURSIVE live_stages AS (
-    -- Through the partial indexes that lead with stage (waiting rows, running rows): one probe
-    -- of each a stage, however long the backlog.
-    SELECT LEAST(
-               (SELECT pg_catalog.min(t.stage) FROM queue.live_tasks t WHERE t.status IN ('ready', 'error')),
-               (SELECT pg_catalog.min(t.stage) FROM queue.live_tasks t WHERE t.status = 'running')) AS stage
-    UNION ALL
-    SELECT LEAST(
-               (SELECT pg_catalog.min(t.stage) FROM queue.live_tasks t
-                 WHERE t.status IN ('ready', 'error') AND t.stage > l.stage),
-               (SELECT pg_catalog.min(t.stage) FROM queue.live_tasks t
-                 WHERE t.status = 'running' AND t.stage > l.stage))
-      FROM live_stages l
-     WHERE l.stage IS NOT NULL
-), stages AS (
+WITH stages AS (
     SELECT s.stage FROM queue.stage_settings s
     UNION
     SELECT a.stage FROM queue.stage_access a
     UNION
-    SELECT l.stage FROM live_stages l WHERE l.stage IS NOT NULL
+    SELECT l.stage FROM queue._live_stages() AS l(stage)
     UNION
     SELECT sc.stage FROM queue.schedules sc
 )

@@ -1,10 +1,11 @@
 """skiplock on Citus (issue 32): a coordinator and two workers of its own (skiplock.citus).
 
 Migrations on the coordinator (up, down, up), `skiplock distribute` (and its refusal without
-Citus), each hot-path call as one statement to one worker (citus.log_remote_commands), the NULL
-stage guard, a per-stage limit with takes inside and outside transactions, and a drain by four
-workers with pipelines and retries across kill -9 of a worker's backend and a restart of a
-worker node. Skipped, with one line, where Citus is not installed (`make test-citus` builds it).
+Citus), each hot-path call as one statement to one worker (citus.log_remote_commands), consume,
+the admin calls, the views and rotation, the NULL stage guard, a per-stage limit with takes
+inside and outside transactions, and a drain by four workers with pipelines and retries across
+kill -9 of a worker's backend and a restart of a worker node. Skipped, with one line, where Citus
+is not installed (`make test-citus` builds it).
 """
 
 from __future__ import annotations
@@ -297,6 +298,64 @@ def drain_worker(url: str, stop: threading.Event, stats: dict[str, Any], lock: t
         conn.close()
 
 
+def test_consume_admin_calls_and_the_views_work_on_citus(url: str, nodes: citus.CitusCluster) -> None:
+    """What the first Citus stops left out: consume (one statement on its stage's node), cancel,
+    set_priority and retry (retry needs the stage: 0A000 with a hint without it), the views
+    metrics and stage_config (which find stages without a recursive CTE)."""
+    workers = [w.port for w in nodes.workers if w.port is not None]
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[5]), 'cons.a')")
+        r = Remote(url)
+        taken, sent = r.call("SELECT id FROM queue.consume('cons.a', 3)")
+        one_worker(sent, "consume", workers)
+        assert len(taken) == 3
+        with r.conn.transaction(force_rollback=True):
+            assert len(r.call("SELECT id FROM queue.consume('cons.a', 5)")[0]) == 2
+        assert len(r.call("SELECT id FROM queue.consume('cons.a', 5)")[0]) == 2  # the rollback gave them back
+        r.conn.close()
+        assert admin.execute("SELECT count(*) FROM queue.history WHERE stage = 'cons.a' AND status = 'done'").fetchone() == (5,)
+
+        ids = [row[0] for row in admin.execute(
+            "SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[3]), 'admin.a')").fetchall()]
+        admin.execute("SELECT queue.set_priority(%s, 5, 'admin.a')", (ids[0],))
+        admin.execute("SELECT queue.set_priority(%s, 7)", (ids[1],))
+        admin.execute("SELECT queue.cancel(%s, 'admin.a')", (ids[0],))
+        admin.execute("SELECT queue.cancel(%s)", (ids[1],))
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
+            admin.execute("SELECT queue.retry(%s)", (ids[0],))
+        assert refused.value.diag.message_hint is not None and "retry(id, stage)" in refused.value.diag.message_hint
+        admin.execute("SELECT queue.retry(%s, 'admin.a')", (ids[0],))
+        admin.execute("SELECT queue.retry(%s, 'admin.a')", (ids[1],))
+        assert admin.execute("SELECT id, status::text, priority FROM queue.live_tasks WHERE stage = 'admin.a' ORDER BY id"
+                             ).fetchall() == [(ids[0], "ready", 5), (ids[1], "ready", 7), (ids[2], "ready", 0)]
+
+        metrics = {(st, status): (tasks, fin) for st, status, tasks, _, fin in admin.execute(
+            "SELECT stage, status, tasks, oldest_age_seconds, finished_last_minute FROM queue.metrics"
+            " WHERE stage IN ('cons.a', 'admin.a')").fetchall()}
+        assert metrics[("admin.a", "ready")] == (3, 0)
+        assert metrics[("cons.a", "done")][0] == 0  # listed for its history alone: no live task
+        assert len(metrics) == 2 * 6  # every status of both stages
+        stages = {row[0] for row in admin.execute("SELECT stage FROM queue.stage_config").fetchall()}
+        assert {"*", "admin.a"} <= stages and "cons.a" not in stages  # no live task, no settings
+
+        for view in ("tasks", "stats", "errors", "hourly"):
+            admin.execute(f"SELECT count(*) FROM queue.{view}")
+        # A schedule fires into its stage; maintain and compact run.
+        admin.execute("SELECT queue.schedule('citus.tick', '* * * * *', 'sched.a')")
+        assert admin.execute("SELECT queue.fire_schedules(now => now() + interval '2 minutes')").fetchone() == (1,)
+        assert admin.execute("SELECT count(*) FROM queue.live_tasks WHERE stage = 'sched.a'").fetchone() == (1,)
+        admin.execute("SELECT queue.unschedule('citus.tick')")
+        assert {row[0] for row in admin.execute("SELECT task FROM queue.maintain()").fetchall()} >= {"reap_hung", "compact"}
+        admin.execute("SELECT queue.compact()")
+
+        # Rotation makes the partitions ahead (a day each, on every node's shards).
+        made = admin.execute("SELECT action, partition FROM queue.rotate_partitions(now => now() + interval '20 days')").fetchall()
+        assert made and {a for a, _ in made} == {"created"}, made
+        distributed = admin.execute("SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = ANY(%s::regclass[])",
+                                    ([p for _, p in made],)).fetchone()
+        assert distributed == (len(made),)
+
+
 def backend_pids(node_url: str) -> list[int]:
     with psycopg.connect(node_url, autocommit=True) as conn:
         return [r[0] for r in conn.execute(
@@ -379,3 +438,14 @@ def test_a_drain_by_four_workers_across_a_killed_backend_and_a_restarted_node_lo
     assert other == [], f"ended other than done ({stats})"
     assert done == expected, f"lost tasks ({stats})"
     assert stats["errors"] >= 1, "the faults reached no worker: they proved nothing"
+
+
+def test_rotation_drops_history_partitions_on_citus(url: str) -> None:
+    """Last in this file: it drops the partitions that hold the earlier tests' history."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT queue.configure_history(retention => '1 day')")
+        actions = admin.execute("SELECT action, partition FROM queue.rotate_partitions(now => now() + interval '40 days')").fetchall()
+        dropped = [p for a, p in actions if a == "dropped"]
+        assert dropped and not [a for a, _ in actions if a.startswith("skipped")], actions
+        assert [admin.execute("SELECT to_regclass(%s)", (p,)).fetchone()[0] for p in dropped] == [None] * len(dropped)
+        assert admin.execute("SELECT count(*) FROM queue.history WHERE finished < now() + interval '39 days'").fetchone() == (0,)

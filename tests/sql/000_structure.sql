@@ -186,8 +186,10 @@ SELECT is_empty(
          AND r.rolname IN ('skiplock_producer', 'skiplock_worker', 'skiplock_monitor', 'skiplock_admin')
          AND pg_catalog.has_function_privilege(r.oid, p.oid, 'EXECUTE')
          -- admins run their own SQL tasks too (member of skiplock_sql)
-         AND NOT (r.rolname = 'skiplock_admin' AND p.proname ~ '^_sql_')$$,
-    'no application role may execute a _ helper but admins the SQL executor''s _sql_* (listed: role and helper)'
+         AND NOT (r.rolname = 'skiplock_admin' AND p.proname ~ '^_sql_')
+         -- the views metrics and stage_config call these, and a view's functions run with its reader's rights
+         AND NOT (r.rolname IN ('skiplock_monitor', 'skiplock_admin') AND p.proname IN ('_history_stages', '_live_stages'))$$,
+    'no application role may execute a _ helper but admins the SQL executor''s _sql_*, and the readers of metrics and stage_config _history_stages and _live_stages (listed: role and helper)'
 );
 
 SELECT set_eq(
@@ -223,8 +225,9 @@ SELECT is_empty(
     $$SELECT p.oid::regprocedure::text
         FROM pg_catalog.pg_proc p
        WHERE p.pronamespace = 'queue'::regnamespace
-         AND pg_catalog.has_function_privilege('skiplock_monitor', p.oid, 'EXECUTE')$$,
-    'skiplock_monitor may execute no function of queue'
+         AND pg_catalog.has_function_privilege('skiplock_monitor', p.oid, 'EXECUTE')
+         AND p.proname NOT IN ('_history_stages', '_live_stages')  -- what its views call$$,
+    'skiplock_monitor may execute no function of queue but the two its views call (_history_stages, _live_stages)'
 );
 
 SELECT set_eq(
@@ -244,10 +247,11 @@ SELECT set_eq(
          AND pg_catalog.has_function_privilege('skiplock_admin', p.oid, 'EXECUTE')$$,
     $$SELECT p.oid::regprocedure::text
         FROM pg_catalog.pg_proc p
-       WHERE p.pronamespace = 'queue'::regnamespace AND (p.proname !~ '^_' OR p.proname ~ '^_sql_')
+       WHERE p.pronamespace = 'queue'::regnamespace
+         AND (p.proname !~ '^_' OR p.proname ~ '^_sql_' OR p.proname IN ('_history_stages', '_live_stages'))
          -- distribute() is the superuser's (Citus's own functions need a table's owner).
          AND p.proname <> 'distribute'$$,
-    'skiplock_admin may execute every public function but distribute and no helper but the SQL executor''s (_sql_*, as a member of skiplock_sql)'
+    'skiplock_admin may execute every public function but distribute and no helper but the SQL executor''s (_sql_*, as a member of skiplock_sql) and the two its views call'
 );
 
 SELECT is_empty(

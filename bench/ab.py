@@ -1,13 +1,14 @@
 """One worker loop, two builds of skiplock, one cluster, interleaved cells: is the new build slower?
 
-    python -m bench.ab --old-tree /path/to/old/checkout [--loop locked|next] [--rounds 5]
+    python -m bench.ab --old-tree /path/to/old/checkout [--loop locked|next|consume] [--rounds 5]
                        [--seconds 15] [--clients 16]
 
 Each build is a database migrated by its own checkout's `skiplock upgrade` (this checkout is
 "new"), filled with the same number of tasks. Each round runs the loop once on each build, the
 order alternating, so that a machine whose load drifts favours neither. The loops call only what
 both builds have (no `stage` argument): `locked` is take_locked + finish_locked in one
-transaction, `next` is take_next + finish. Prints tasks/s per cell and the median ratio new/old.
+transaction, `next` is take_next + finish, `consume` is consume(batch 100). Prints tasks/s per cell
+and the median ratio new/old.
 """
 
 from __future__ import annotations
@@ -50,7 +51,10 @@ SELECT queue.finish(:id, :lease);
 \\sleep 10 ms
 \\endif
 """,
+    "consume": """SELECT count(*) FROM queue.consume('ab', 100);
+""",
 }
+TASKS_PER_TRANSACTION = {"consume": 100}  # a full batch; the others end one task a transaction
 
 
 def build(cluster: devdb.Cluster, dbname: str, tree: Path, tasks: int) -> None:
@@ -88,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             for r in range(args.rounds):
                 for db in (("old", "new") if r % 2 == 0 else ("new", "old")):
                     s = pgbench.run(cluster, db, script.name, args.clients, args.seconds)
-                    tps[db].append(s.tps)
-                    log(f"  round {r + 1} {db}: {s.tps:,.0f} tasks/s")
+                    tps[db].append(s.tps * TASKS_PER_TRANSACTION.get(args.loop, 1))
+                    log(f"  round {r + 1} {db}: {tps[db][-1]:,.0f} tasks/s")
         finally:
             cluster.stop()
     ratios = [n / o for n, o in zip(tps["new"], tps["old"])]

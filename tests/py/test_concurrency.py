@@ -81,7 +81,7 @@ def test_workers_drain_10000_tasks_with_failures_and_a_pipeline_exactly_once(db:
                 time.sleep(0.2)
         elapsed = time.monotonic() - started
     finally:
-        workload.stop_processes(procs, stop, timeout=30)
+        workload.stop_processes(procs, stop)
     assert [p.exitcode for p in procs] == [0] * WORKERS
     records = [workload.read_record(o) for o in outs]
 

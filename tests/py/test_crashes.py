@@ -138,7 +138,7 @@ def test_sigkilled_workers_lose_no_task(db: str, tmp_path: Path):
                 start(f"replacement-{len(killed)}")
             wait_until(lambda: live_count(conn, ids) == 0, deadline, "the queue to drain", pause=0.2)
     finally:
-        workload.stop_processes(list(procs.values()), stop, timeout=20)
+        workload.stop_processes(list(procs.values()), stop)
         reaper.stop()
     assert reaper.error is None, f"reap_hung failed: {reaper.error!r}"
 
@@ -205,7 +205,7 @@ def test_terminated_connections_lose_no_task(db: str, tmp_path: Path):
                 time.sleep(0.15)
             wait_until(lambda: live_count(admin, ids) == 0, deadline, "the queue to drain", pause=0.2)
     finally:
-        workload.stop_processes(procs, stop, timeout=20)
+        workload.stop_processes(procs, stop)
         reaper.stop()
     assert reaper.error is None, f"reap_hung failed: {reaper.error!r}"
     assert [p.exitcode for p in procs] == [0] * workers, "a worker did not survive losing its connection"

@@ -139,7 +139,7 @@ def test_hot_table_stays_bounded_and_history_rotates_away(db: str, tmp_path: Pat
             elapsed = time.monotonic() - started
             samples.append((elapsed, done.value, *conn.execute(SIZES).fetchone()))
         finally:
-            workload.stop_processes(procs, stop, timeout=30)
+            workload.stop_processes(procs, stop)
 
         assert [p.exitcode for p in procs] == [0] * WORKERS, "a worker failed (an error in take_next or finish_batch?)"
         records = [workload.read_record(o) for o in outs]

@@ -158,7 +158,7 @@ def test_limits_hold_under_eight_concurrent_workers(limits_db: str, tmp_path: Pa
                 time.sleep(0.05)
         elapsed = time.monotonic() - started
     finally:
-        workload.stop_processes(procs, stop, timeout=30)
+        workload.stop_processes(procs, stop)
         sampler.halt.set()
         sampler.join(10)
     assert sampler.error is None, f"the sampler failed: {sampler.error!r}"

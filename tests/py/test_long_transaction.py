@@ -137,7 +137,7 @@ def test_workers_keep_working_while_a_transaction_holds_the_xmin_horizon(longtx_
                 time.sleep(0.2)
         finally:
             producer.halt.set()
-            workload.stop_processes(workers, stop, timeout=60)
+            workload.stop_processes(workers, stop)
 
         assert [p.exitcode for p in workers] == [0] * WORKERS, "a worker died (an error escaped it)"
         records = [workload.read_record(out) for out in outs.values()]

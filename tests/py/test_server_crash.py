@@ -199,7 +199,7 @@ def test_server_crash_under_load_loses_no_committed_task(crash_cluster: devdb.Cl
         assert [p.exitcode for p in producers] == [0] * PRODUCERS, "a producer did not survive the crash"
         wait_until(lambda: _drained(crash_db, stage), deadline, "the queue to drain", pause=0.2)
     finally:
-        workload.stop_processes(workers + producers, stop, timeout=20)
+        workload.stop_processes(workers + producers, stop)
         reaper.stop()
     elapsed = time.monotonic() - t0
     assert reaper.error is None, f"reap_hung failed: {reaper.error!r}"

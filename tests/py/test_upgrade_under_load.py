@@ -388,7 +388,7 @@ def _run_scenario(url: str, start: str, head: str, tmp_path: Path) -> None:
                 time.sleep(0.2)
     finally:
         from workload import stop_processes
-        stop_processes(procs, stop, timeout=30)
+        stop_processes(procs, stop)
     assert [p.exitcode for p in procs] == [0] * len(procs)
     records = [_read(o) for o in outs]
     admin = _read(admin_out)

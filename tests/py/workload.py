@@ -162,8 +162,10 @@ def reference(url: str, name: str, stage: str, stop: Any, out: str, deadline: fl
                        "taken": counters.taken})
 
 
-def stop_processes(procs: list[Any], stop: Any | None, timeout: float) -> None:
-    """Ask workers to stop, wait up to `timeout` seconds in all, then SIGKILL whatever is left."""
+def stop_processes(procs: list[Any], stop: Any | None, timeout: float = 300) -> None:
+    """Ask workers to stop, wait up to `timeout` seconds in all, then SIGKILL whatever is left.
+    The default only guards against a hang: on a busy machine a worker may need tens of seconds to
+    end its last call and write its record (30 s was once too short, with three suites running)."""
     if stop is not None:
         stop.set()
     end = time.monotonic() + timeout

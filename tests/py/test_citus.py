@@ -82,6 +82,15 @@ def test_migrations_run_up_down_up_on_a_coordinator_and_distribute_is_idempotent
         groups = conn.execute("SELECT count(DISTINCT colocationid) FROM pg_dist_partition"
                               " WHERE logicalrelid::text IN ('queue.live_tasks', 'queue.history', 'queue.stage_waiters')").fetchone()
         assert groups == (1,)
+    # A deployment's path: the last revision down and up again on the distributed database (as an
+    # upgrade to it would run), then distribute again, as after every upgrade.
+    migrate.downgrade(u, "-1")
+    migrate.upgrade(u)
+    fourth = skiplock_cli("distribute", "--db", u)
+    assert fourth.returncode == 0, fourth.stderr
+    with psycopg.connect(u) as conn:
+        assert conn.execute("SELECT count(*) FROM queue.stage_config WHERE stage = '*'").fetchone() == (1,)
+        conn.execute("SELECT count(*) FROM queue.metrics")
 
 
 def test_distribute_refuses_a_database_without_citus_in_one_line(nodes: citus.CitusCluster) -> None:

@@ -216,8 +216,19 @@ PGQ = System(
     count_done=lambda conn, n: _pgq_done(conn),
     count_left=_pgq_left)
 CEILING = System("ceiling", designs.SKIPLOCK.dbname, reset_sql=("TRUNCATE ceiling",))
+# skiplock's own statements as bare SQL, no function (bench/scripts/bounds/): not a system a user runs,
+# the floor under skiplock's loops, in the same run as the peers, so that a gap can be read as the
+# price of the functions' guarantees or of the design's statements themselves.
+BOUNDS = System(
+    "bounds", designs.SKIPLOCK.dbname,
+    reset_sql=(designs.SKIPLOCK.reset_sql,),
+    preload=lambda conn, n: designs.SKIPLOCK.preload(conn, "peers", n),
+    # Every bound's finish deletes the task (and only some move it to history): processed = preloaded − left.
+    count_done=lambda conn, n: n - conn.execute("SELECT count(*) FROM queue.live_tasks").fetchone()[0],
+    count_left=SKIPLOCK.count_left,
+    variables={"stage": "peers"})
 
-LABELS = {"ceiling": "plain INSERT", "skiplock": "skiplock", "graphile": "Graphile Worker",
+LABELS = {"ceiling": "plain INSERT", "skiplock": "skiplock", "bounds": "bound: skiplock's statements, bare SQL", "graphile": "Graphile Worker",
           "procrastinate": "Procrastinate", "pgq": "PgQ"}
 
 
@@ -240,16 +251,23 @@ def plans() -> list[Plan]:
     return [
         Plan("W1", CEILING, "INSERT one row", "ceiling_insert.sql"),
         Plan("W1", SKIPLOCK, "queue.enqueue", "enqueue.sql"),
+        Plan("W1", BOUNDS, "INSERT INTO queue.live_tasks, no function", "bounds/enqueue.sql"),
         Plan("W1", GRAPHILE, "graphile_worker.add_job", "peers/graphile_enqueue.sql"),
         Plan("W1", PROCRASTINATE, "procrastinate_defer_jobs_v1", "peers/procrastinate_enqueue.sql"),
         Plan("W1", PGQ, "pgq.insert_event", "peers/pgq_enqueue.sql"),
         Plan("W2", SKIPLOCK, "take_next + finish", "process.sql"),
         Plan("W2", SKIPLOCK, "finish_and_take", "process_combined.sql", (("id", "0"), ("lease", zero))),
         Plan("W2", SKIPLOCK, "take_locked + finish_locked, one transaction", "process_locked.sql"),
+        Plan("W2", BOUNDS, "their claim + move to history, one transaction, no function", "bounds/process_history.sql"),
+        Plan("W2", BOUNDS, "their claim + DELETE, no history, no function", "bounds/process_delete.sql"),
         Plan("W2", GRAPHILE, "claim + delete (its worker's statements)", "peers/graphile_process.sql"),
         Plan("W2", PROCRASTINATE, "fetch_job_v2 + finish_job_v1", "peers/procrastinate_process.sql"),
         # W2b also at 1 client: PgQ's one consumer runs there, and the others beside it.
         Plan("W2b", SKIPLOCK, "take_next(batch 100) + finish_batch", "process_batch.sql", batch, W2B_CLIENTS),
+        Plan("W2b", SKIPLOCK, "consume(batch 100), work done in its transaction", "consume_batch.sql", batch,
+             W2B_CLIENTS),
+        Plan("W2b", BOUNDS, "claim 100 + move to history, one statement, no function", "bounds/process_batch.sql",
+             batch, W2B_CLIENTS),
         Plan("W2b", GRAPHILE, "claim 100 + delete 100", "peers/graphile_process_batch.sql", batch, W2B_CLIENTS),
         # PgQ: one consumer reads every event, so one client (more clients would read the same batches).
         Plan("W2b", PGQ, "next_batch + get_batch_events + finish_batch (1 consumer)", "peers/pgq_process_batch.sql",
@@ -260,9 +278,10 @@ def plans() -> list[Plan]:
 # -- running cells -----------------------------------------------------------------------------
 
 def preload_size(workload: str, seconds: float, system: System) -> int:
-    """Enough for the fastest system's expected rate over the cell, with a margin (PgQ's preload
-    ticks every 100 events, three round trips each: fewer, and the cell says if they ran out)."""
-    rate = 6_000 if workload == "W2" else 20_000 if system is PGQ else 50_000
+    """Enough for the fastest system's expected rate over the cell, with a margin (PgQ's one
+    consumer read 30,000 events/s here and ran out of 20,000 a second's worth: it gets more; a
+    cell that still runs out says so)."""
+    rate = 6_000 if workload == "W2" else 60_000 if system is PGQ else 50_000
     return int(rate * seconds * 1.5) // BATCH * BATCH
 
 
@@ -309,6 +328,7 @@ def enqueued(conn: psycopg.Connection, system: System) -> int:
     """Jobs a W1 cell left in the database (what it claims to have enqueued)."""
     sql = {"ceiling": "SELECT count(*) FROM ceiling",
            "skiplock": "SELECT count(*) FROM queue.live_tasks",
+           "bounds": "SELECT count(*) FROM queue.live_tasks",
            "graphile": "SELECT count(*) FROM graphile_worker._private_jobs",
            "procrastinate": "SELECT count(*) FROM procrastinate_jobs",
            # a queue's event tables inherit from pgq.event_template (one queue, made anew each cell)
@@ -330,7 +350,7 @@ def setup(cluster: devdb.Cluster, errors: dict[str, str]) -> list[str]:
     PROCRASTINATE.version = py_version("procrastinate")
     with psycopg.connect(cluster.url(designs.SKIPLOCK.dbname)) as conn:
         SKIPLOCK.version = "revision " + conn.execute("SELECT version_num FROM queue.skiplock_version").fetchone()[0]
-    ok = ["ceiling", "skiplock"]
+    ok = ["ceiling", "skiplock", "bounds"]
     for system in (GRAPHILE, PROCRASTINATE, PGQ):
         try:
             cluster.createdb(system.dbname)
@@ -514,8 +534,18 @@ def markdown(result: dict) -> str:
               "single event, and every registered consumer reads every event: more clients would read the same "
               "batches, so it runs at 1 client (W2b is measured at 1 client for the others too) and has no W2.",
               "- **skiplock**: `queue.enqueue`; `take_next` + `finish`; `finish_and_take`; `take_locked` + "
-              "`finish_locked` in one transaction; `take_next(batch => 100)` + `finish_batch`. Finished tasks "
+              "`finish_locked` in one transaction; `take_next(batch => 100)` + `finish_batch`; `consume(batch => 100)` "
+              "(tasks recorded done in the statement that takes them, for work done in that transaction). Finished tasks "
               "are kept in `queue.history`.",
+              "- **bound: skiplock's statements, bare SQL** is not a system a user runs: skiplock's own "
+              "statements with no function around them (`bench/scripts/bounds/`, in skiplock's database, as the "
+              "superuser). W1: the INSERT into `queue.live_tasks` that `enqueue` runs, none of its checks. W2: the "
+              "claim `take_locked` runs (the claim index, `FOR UPDATE SKIP LOCKED`), then the move to "
+              "`queue.history`, one transaction, the move and COMMIT in one round trip; and the same with a "
+              "DELETE and no history. W2b: a claim of 100 and their move to history in one statement. What "
+              "skiplock's functions take below these rows is the price of their guarantees (argument checks, the "
+              "stage's settings: pause, access, limits; the claim position; the fence; `SECURITY DEFINER`); where "
+              "a peer is ahead of these rows too, the gap is the design's own statements, not its functions.",
               "- **PgQueuer** is not in this table: it has no SQL API (its queries are built by its Python "
               "library), so it is driven through its own worker library, its `QueueManager` with a no-op "
               "entrypoint, beside skiplock's Python client: see \"Through the worker libraries\" below "
@@ -536,7 +566,7 @@ def peers_ahead(cells: list[dict]) -> list[str]:
             continue
         best = max(ours, key=lambda c: c["jobs_per_s"])
         for c in here:
-            if c["system"] in ("skiplock", "ceiling") or c["jobs_per_s"] <= best["jobs_per_s"]:
+            if c["system"] in ("skiplock", "ceiling", "bounds") or c["jobs_per_s"] <= best["jobs_per_s"]:
                 continue
             out.append(f"- {WORKLOAD_NAMES[workload]}, {n} client{'s' if n > 1 else ''}: **{LABELS[c['system']]}** "
                        f"{c['jobs_per_s']:,.0f} jobs/s against skiplock's best ({best['variant']}) "

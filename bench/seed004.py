@@ -25,7 +25,7 @@ TENANTS = 1000
 BATCH = 1000
 CLIENTS = 16
 # tasks/s each design is expected to consume at most: the preload is sized from it
-EXPECTED_CONSUME = {"seed004": 400_000, "skiplock": 150_000}
+EXPECTED_CONSUME = {"seed004": 400_000, "skiplock": 150_000, "bound": 150_000}
 SEED_SQL = "seed004.sql"
 
 
@@ -48,7 +48,7 @@ def _reset(conn: psycopg.Connection, design: str) -> None:
 
 
 def _count_history(conn: psycopg.Connection, design: str) -> int:
-    if design == "skiplock":
+    if design != "seed004":
         return conn.execute("SELECT count(*) FROM queue.history").fetchone()[0]
     # one count per tenant table, summed in the server
     union = " UNION ALL ".join(f"SELECT count(*) AS n FROM task_hist_{i}" for i in range(1, TENANTS + 1))
@@ -77,7 +77,7 @@ def insert(cluster: devdb.Cluster, design: str, seconds: float, clients: int = C
     with psycopg.connect(cluster.url(_dbname(design)), autocommit=True) as conn:
         _reset(conn, design)
         conn.execute("CHECKPOINT")
-    script = "seed004_insert.sql" if design == "seed004" else "skiplock004_insert.sql"
+    script = {"seed004": "seed004_insert.sql", "skiplock": "skiplock004_insert.sql", "bound": "bounds/s004_insert.sql"}[design]
     s = pgbench.run(cluster, _dbname(design), script, clients, seconds)
     log(f"  S4  {design:8} insert  {clients:2} clients: {s.tps:9,.0f} tasks/s")
     return Point("S4-insert", design, clients, seconds, s.tps, s.tps, s.transactions, s.failed)
@@ -89,7 +89,8 @@ def consume(cluster: devdb.Cluster, design: str, seconds: float, clients: int = 
         _reset(conn, design)
         log(f"  S4  {design:8} consume {clients:2} clients: preloading {per_tenant:,} tasks into each of {TENANTS:,} tenants")
         _preload(conn, design, per_tenant)
-    script = "seed004_consume.sql" if design == "seed004" else "skiplock004_consume.sql"
+    script = {"seed004": "seed004_consume.sql", "skiplock": "skiplock004_consume.sql",
+              "bound": "bounds/s004_consume.sql"}[design]
     s = pgbench.run(cluster, _dbname(design), script, clients, seconds, {"batch": str(BATCH)})
     with psycopg.connect(cluster.url(_dbname(design)), autocommit=True) as conn:
         moved = _count_history(conn, design)

@@ -1,9 +1,10 @@
 """Latency (`make bench BENCH_ARGS="--only latency"`): enqueue-to-start time with workers waiting on
 LISTEN, at 10 %, 50 % and 90 % of the capacity measured first in the same run.
 
-Workers: skiplock's own reference worker (skiplock.worker.Worker, a no-op handler, its defaults:
-batches of up to 10, LISTEN on `skiplock.<stage>` when the stage is empty, a 1 s slow poll), one
-process each. Producers: pgbench running scripts/enqueue.sql (one task a transaction), first
+Workers, one process each, of two loops in turn (LOOPS): skiplock's own reference worker
+(skiplock.worker.Worker, a no-op handler, its defaults: batches of up to 10, a finish a task,
+LISTEN on `skiplock.<stage>` when the stage is empty, a 1 s slow poll), and a finish_and_take loop
+that commits once a task (the same LISTEN and poll). Producers: pgbench running scripts/enqueue.sql (one task a transaction), first
 unthrottled (capacity: tasks the workers finished a second while producers ran flat out), then at
 a fixed --rate. Enqueue-to-start is read from the database: history.started (the take's
 transaction time) minus history.created (the enqueue's transaction time), so it includes the
@@ -61,13 +62,37 @@ def _work(url: str, stop: Event) -> None:
     Worker(url, {STAGE: _noop}).run(should_stop=stop.is_set)
 
 
-class Workers:
-    """N reference workers in processes of their own, until the context ends."""
+def _work_combined(url: str, stop: Event) -> None:
+    """The one-commit-a-task loop: finish_and_take ends the task just run and takes the next in one
+    call, so a busy worker commits once a task (the reference worker commits its take and each
+    finish); LISTEN and the same 1 s slow poll when nothing is due."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'LISTEN "skiplock.{STAGE}"')
+        done: tuple[int, str] | None = None
+        while not stop.is_set():
+            row = conn.execute(
+                "SELECT id, lease FROM queue.finish_and_take(%s, %s, %s, worker => 'latency')",
+                (done[0] if done else None, done[1] if done else None, STAGE)).fetchone()
+            if row is not None and row[0] is not None:
+                done = (row[0], str(row[1]))   # run (a no-op), to be finished by the next call
+                continue
+            done = None
+            for _ in conn.notifies(timeout=1.0, stop_after=1):
+                pass
+        if done:
+            conn.execute("SELECT queue.finish(%s, %s, stage => %s)", (done[0], done[1], STAGE))
 
-    def __init__(self, url: str, n: int) -> None:
+
+LOOPS = {"reference": _work, "finish_and_take": _work_combined}
+
+
+class Workers:
+    """N workers of a loop of LOOPS in processes of their own, until the context ends."""
+
+    def __init__(self, url: str, n: int, loop: str = "reference") -> None:
         ctx = multiprocessing.get_context("fork")
         self._stop = ctx.Event()
-        self._procs = [ctx.Process(target=_work, args=(url, self._stop), daemon=True) for _ in range(n)]
+        self._procs = [ctx.Process(target=LOOPS[loop], args=(url, self._stop), daemon=True) for _ in range(n)]
 
     def __enter__(self) -> "Workers":
         for p in self._procs:
@@ -124,14 +149,16 @@ def _percentiles(conn: psycopg.Connection, since: float) -> tuple[int, float | N
                  WHERE stage = %s AND created >= to_timestamp(%s)) x""", (STAGE, since)).fetchone()
 
 
-def run(cluster: devdb.Cluster, seconds: float, workers: int = 4, producers: int = 4) -> dict:
-    """Capacity, then each load in LOADS; one dict for the results JSON and the report."""
+def run(cluster: devdb.Cluster, seconds: float, workers: int = 4, producers: int = 4,
+        loop: str = "reference") -> dict:
+    """Capacity, then each load in LOADS, with `workers` processes of LOOPS[loop]; one dict for
+    the results JSON and the report."""
     url = cluster.url(SKIPLOCK.dbname)
     points: list[LatencyPoint] = []
     with psycopg.connect(url, autocommit=True) as conn:
         designs.reset(conn, SKIPLOCK)
         conn.execute("CHECKPOINT")
-        with Workers(url, workers):
+        with Workers(url, workers, loop):
             time.sleep(1.0)   # the workers are connected and waiting
             done0 = conn.execute("SELECT count(*) FROM queue.history").fetchone()[0]
             t0 = time.monotonic()
@@ -142,7 +169,7 @@ def run(cluster: devdb.Cluster, seconds: float, workers: int = 4, producers: int
             left = _wait_drained(conn)
             points.append(LatencyPoint(0.0, 0.0, seconds, s.transactions, 0, None, None, None, capacity, left))
             log(f"  latency: capacity {capacity:,.0f} tasks/s finished while {producers} producers enqueued "
-                f"{s.tps:,.0f}/s flat out ({workers} workers)")
+                f"{s.tps:,.0f}/s flat out ({workers} workers, {loop} loop)")
             for load in LOADS:
                 conn.execute("TRUNCATE queue.history")
                 rate = load * capacity
@@ -163,7 +190,7 @@ def run(cluster: devdb.Cluster, seconds: float, workers: int = 4, producers: int
                     f"over {n:,} tasks" + (f"; {left} not started" if left else "")
                     + f"; a plain INSERT's commit at that rate: p50 {_ms(f50)}, p99 {_ms(f99)}")
     half = next(p for p in points if p.load == 0.5)
-    return {"workers": workers, "producers": producers, "capacity": capacity,
+    return {"loop": loop, "workers": workers, "producers": producers, "capacity": capacity,
             "points": [p.as_dict() for p in points],
             "target_p99_ms": TARGET_P99_MS,
             "target_met": half.p99_ms is not None and half.p99_ms < TARGET_P99_MS and half.left == 0}
@@ -178,8 +205,11 @@ def markdown(passes: list[tuple[str, dict]], started: str, machine: str) -> str:
     target holds in it."""
     first = passes[0][1]
     lines = [
-        f"Enqueue-to-start, measured {started} on {machine}: {first['workers']} reference worker processes "
-        f"(`skiplock.worker.Worker`, no-op handler, LISTEN when idle), {first['producers']} pgbench producers "
+        f"Enqueue-to-start, measured {started} on {machine}: {first['workers']} worker processes of one of two "
+        "loops, each with a no-op handler and LISTEN when idle: the reference worker (`skiplock.worker.Worker`: "
+        "`take_next` of up to 10, then `finish` each, a commit for the take and one a task) and a `finish_and_take` "
+        "loop (`bench/latency.py`: one call and one commit a task); "
+        f"{first['producers']} pgbench producers "
         "(`enqueue`, one task a transaction) at a fixed rate; `history.started − history.created` of every task "
         "created after each rate's first second. A rate starts only once the workers have started every task "
         "of the one before.",

@@ -87,7 +87,7 @@ class Config:
         if "seed004" in only:
             per_pass += 2 * self.seed004_seconds + self.seed004_seconds + 60  # + tables and preloads
         if "latency" in only:
-            per_pass += (1 + len(latency.LOADS)) * (self.latency_seconds + 3) + 5
+            per_pass += len(latency.LOOPS) * ((1 + 2 * len(latency.LOADS)) * (self.latency_seconds + 3) + 5)
         total = per_pass * (2 if async_pass else 1)
         if "W3" in only:
             total += 2 * (self.w3_before + self.w3_hold + self.w3_after + 10)
@@ -238,7 +238,7 @@ def run_pass(name: str, settings: dict[str, str], cfg: Config, only: set[str], t
             result["points"].append(seed004.consume(cluster, design, cfg.seed004_seconds / 2).as_dict())
 
     def lat() -> None:
-        result["latency"] = latency.run(cluster, cfg.latency_seconds)
+        result["latency"] = {loop: latency.run(cluster, cfg.latency_seconds, loop=loop) for loop in latency.LOOPS}
 
     steps = [("ceilings", ceilings), ("W1", w1), ("W1b", w1b), ("W2", w2), ("W2b", w2b),
              ("ceilings again", ceilings_again), ("seed004", s004), ("latency", lat)]
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         (BENCH_DIR / "RESULTS.md").write_text(markdown)
         if has_chart:
             shutil.copyfile(OUT_DIR / "w3_w4.png", BENCH_DIR / "w3_w4.png")
-    lat_passes = [(p["name"], p["latency"]) for p in results["passes"] if p.get("latency")]
+    lat_passes = [(f"{p['name']}, {loop} loop", r) for p in results["passes"] for loop, r in p.get("latency", {}).items()]
     if lat_passes:
         # Its own file, written whenever the part ran (--only latency included; a --quick run only into
         # bench/out/): bench/LATENCY.md keeps the latest measurement, a section a pass.

@@ -47,7 +47,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;  -- ended by this transaction outside the record (cancel), or of another stage
     END IF;
-    PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held, v_entry, ','), true);
+    PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held, v_entry, ''), true);
     PERFORM queue._fail_attempt(v_task, v_task.attempt + 1, fail_locked.worker, pg_catalog.now(), fail_locked.error,
                                 fail_locked.fatal, fail_locked.retry_in, v_now);
     RETURN true;

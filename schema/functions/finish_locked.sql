@@ -53,7 +53,7 @@ BEGIN
     IF v_task.id IS NULL AND finish_locked.stage IS NOT NULL THEN
         RETURN false;  -- a task of another stage than the one given is not this call's: it stays in the record
     END IF;
-    PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held, v_entry, ','), true);
+    PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held, v_entry, ''), true);
     IF v_task.repeat IS NULL OR v_task.status NOT IN ('ready', 'error') THEN
         RETURN false;  -- held, yet ended by this transaction outside the record (cancel): struck out too
     END IF;

@@ -31,7 +31,7 @@ DECLARE
     v_from_id       bigint;
     v_rescan_at     text;
     v_full          boolean := false;
-    -- The tasks this transaction holds already (',<id>:<code>,' each), or NULL.
+    -- The tasks this transaction holds already ('<id>:<code>,' each), or NULL.
     v_held          text := NULLIF(pg_catalog.current_setting('skiplock.held', true), '');
     v_held_ids      bigint[];
     v_key           text;           -- queue.fence_key's, which signs the entries
@@ -96,7 +96,7 @@ BEGIN
     -- SQL tasks (run_as set) are run_sql_tasks', in a session of their role: skipped here. SKIP
     -- LOCKED does not skip this transaction's own locks: a later take skips what skiplock.held lists
     -- (as ids: an <> ALL filter keeps the planner's estimate, and so the index scan, of the claim).
-    IF v_held <> ',' THEN
+    IF v_held IS NOT NULL THEN
         v_held_ids := ARRAY(SELECT pg_catalog.split_part(e, ':', 1)::bigint
                               FROM pg_catalog.unnest(pg_catalog.string_to_array(v_held, ',')) e
                              WHERE e <> '');

@@ -4,8 +4,11 @@
                        [--seconds 15] [--clients 16]
 
 Each build is a database migrated by its own checkout's `skiplock upgrade` (this checkout is
-"new"), filled with the same number of tasks. Each round runs the loop once on each build, the
-order alternating, so that a machine whose load drifts favours neither. The loops call only what
+"new"). Each round runs the loop once on each build, the order alternating, so that a machine whose
+load drifts favours neither. Every cell starts from the same state: the build's queue topped up to
+--tasks due tasks, vacuumed, and a checkpoint (a queue that a cell could drain, or a vacuum or
+checkpoint that falls into one build's cell, decides a round by itself). `--old-tree` at this
+checkout measures the harness's own spread (an A/A run). The loops call only what
 both builds have (no `stage` argument): `locked` is take_locked + finish_locked in one
 transaction, `next` is take_next + finish, `consume` is consume(batch 100). Prints tasks/s per cell
 and the median ratio new/old.
@@ -57,16 +60,24 @@ SELECT queue.finish(:id, :lease);
 TASKS_PER_TRANSACTION = {"consume": 100}  # a full batch; the others end one task a transaction
 
 
-def build(cluster: devdb.Cluster, dbname: str, tree: Path, tasks: int) -> None:
+def build(cluster: devdb.Cluster, dbname: str, tree: Path) -> None:
     with psycopg.connect(cluster.url(), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{dbname}"')
-    url = cluster.url(dbname)
-    subprocess.run([sys.executable, "-m", "skiplock", "--db", url, "upgrade"], cwd=tree, check=True,
-                   capture_output=True, timeout=600)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[10000]), 'ab') "
-                     "FROM generate_series(1, %s)", (tasks // 10000,))
+    subprocess.run([sys.executable, "-m", "skiplock", "--db", cluster.url(dbname), "upgrade"], cwd=tree,
+                   check=True, capture_output=True, timeout=600)
+
+
+def reset(cluster: devdb.Cluster, dbname: str, tasks: int) -> None:
+    """The build's queue back to `tasks` due tasks, vacuumed, and a checkpoint: a cell's start."""
+    with psycopg.connect(cluster.url(dbname), autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM queue.live_tasks WHERE stage = 'ab'").fetchone()
+        missing = tasks - (row[0] if row else 0)
+        while missing > 0:
+            n = min(missing, 10000)
+            conn.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[%s]), 'ab')", (n,))
+            missing -= n
         conn.execute("VACUUM ANALYZE")
+        conn.execute("CHECKPOINT")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--tasks", type=int, default=400_000, help="tasks enqueued in each build first")
+    parser.add_argument("--async-commit", action="store_true",
+                        help="synchronous_commit off: CPU decides, not the disk's flush times, which vary cell to cell")
+    parser.add_argument("--together", action="store_true",
+                        help="both builds at once, half the clients each: the machine's speed, which drifts by "
+                             "10 %% over seconds here, is the same for both")
+    parser.add_argument("--tasks", type=int, default=400_000, help="due tasks in each build at the start of each cell")
     args = parser.parse_args(argv)
     load = lambda: " ".join(Path("/proc/loadavg").read_text().split()[:3])  # noqa: E731
     log(f"load average before: {load()}")
@@ -85,22 +101,37 @@ def main(argv: list[str] | None = None) -> int:
         script.write(LOOPS[args.loop])
         script.flush()
         Path(script.name).chmod(0o644)
-        cluster = devdb.Cluster(durable=True).start()
+        cluster = devdb.Cluster(durable=True, settings={"synchronous_commit": "off"} if args.async_commit else None).start()
         try:
-            build(cluster, "old", args.old_tree, args.tasks)
-            build(cluster, "new", ROOT, args.tasks)
+            build(cluster, "old", args.old_tree)
+            build(cluster, "new", ROOT)
             for r in range(args.rounds):
-                for db in (("old", "new") if r % 2 == 0 else ("new", "old")):
+                order = ("old", "new") if r % 2 == 0 else ("new", "old")
+                if args.together:
+                    for db in order:
+                        reset(cluster, db, args.tasks)
+                    procs = {db: pgbench.start(cluster, db, script.name, args.clients // 2, args.seconds)
+                             for db in order}
+                    for db in order:
+                        s = pgbench.finish(procs[db], script.name, args.clients // 2)
+                        tps[db].append(s.tps * TASKS_PER_TRANSACTION.get(args.loop, 1))
+                    log(f"  round {r + 1} old: {tps['old'][-1]:,.0f} tasks/s, new: {tps['new'][-1]:,.0f}")
+                    continue
+                for db in order:
+                    reset(cluster, db, args.tasks)
                     s = pgbench.run(cluster, db, script.name, args.clients, args.seconds)
                     tps[db].append(s.tps * TASKS_PER_TRANSACTION.get(args.loop, 1))
                     log(f"  round {r + 1} {db}: {tps[db][-1]:,.0f} tasks/s")
         finally:
             cluster.stop()
     ratios = [n / o for n, o in zip(tps["new"], tps["old"])]
-    print(f"\n{args.loop} loop, {args.clients} clients, {args.seconds:g} s cells, {args.rounds} interleaved rounds, "
+    print(f"\n{args.loop} loop, {args.clients} clients, {args.seconds:g} s cells, {args.rounds} "
+          f"{'rounds, both builds at once' if args.together else 'interleaved rounds'}, "
+          f"synchronous_commit {'off' if args.async_commit else 'on'}, "
           f"load after {load()}")
     print(f"old {statistics.median(tps['old']):,.0f} tasks/s, new {statistics.median(tps['new']):,.0f}; "
-          f"new/old per round {[round(x, 3) for x in ratios]}, median {statistics.median(ratios):.3f}")
+          f"new/old per round {[round(x, 3) for x in ratios]}, median {statistics.median(ratios):.3f}, "
+          f"geometric mean {statistics.geometric_mean(ratios):.3f}")
     return 0
 
 

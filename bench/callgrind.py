@@ -1,6 +1,6 @@
 """Instructions a loop costs in one backend, counted by valgrind's callgrind: is a variant cheaper?
 
-    python -m bench.callgrind [--loop locked|next|enqueue] [--loops 300] [--tree PATH]
+    python -m bench.callgrind [--loop locked|next|enqueue] [--loops 300] [--tree PATH] [--top N] [--keep DIR]
                               [NAME=variant.sql ...]
 
 One database, migrated by a checkout's `skiplock upgrade` (this one, or --tree: e.g. an older
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -61,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loop", choices=sorted(LOOPS), default="locked")
     parser.add_argument("--loops", type=int, default=300)
     parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose migrations build the database")
+    parser.add_argument("--top", type=int, default=0, metavar="N",
+                        help="also print the N functions of most inclusive instructions a loop")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="keep callgrind's output files there (NAME.LOOPS.out), for callgrind_annotate --tree=caller")
     parser.add_argument("variants", nargs="*", help="NAME=file.sql, applied in turn")
     args = parser.parse_args(argv)
     variants = [v.split("=", 1) for v in args.variants] or [["as-built", ""]]
@@ -98,12 +103,19 @@ def main(argv: list[str] | None = None) -> int:
                         subprocess.run([*as_postgres, *valgrind, *backend], stdin=stdin, capture_output=True,
                                        check=True, cwd="/")
                     counts[loops] = inclusive(out)
+                    if args.keep:
+                        args.keep.mkdir(parents=True, exist_ok=True)
+                        shutil.copy(out, args.keep / f"{name}.{loops}.out")
                 subprocess.run([*pg_ctl, "-l", str(work / "server.log"), "start"], check=True, capture_output=True, cwd="/")
                 per = {k: (counts[WARM + args.loops].get(k, 0) - counts[WARM].get(k, 0)) / args.loops / 1000
                        for k in ("TOTAL", "index_getnext_slot")}
                 print(f"{name:>12}: {args.loop} loop {per['TOTAL']:7.1f} k instructions, of which the claim's "
                       f"index walk {per['index_getnext_slot']:6.1f} k, the rest {per['TOTAL'] - per['index_getnext_slot']:7.1f} k",
                       flush=True)
+                if args.top:
+                    diff = {k: (v - counts[WARM].get(k, 0)) / args.loops / 1000 for k, v in counts[WARM + args.loops].items()}
+                    for k, v in sorted(diff.items(), key=lambda kv: -kv[1])[1:args.top + 1]:
+                        print(f"{'':>14}{v:7.1f} k  {k}")
     finally:
         cluster.stop()
     return 0

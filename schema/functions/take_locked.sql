@@ -28,6 +28,7 @@ DECLARE
     v_hint          text[];
     v_from_priority integer;
     v_from_run_at   timestamptz;
+    v_from_micros   bigint;
     v_from_id       bigint;
     v_rescan_at     text;
     v_full          boolean := false;
@@ -62,23 +63,20 @@ BEGIN
     -- a claim does not walk the index entries of the tasks finished since, which stay until
     -- vacuum removes them (and all of them while an old snapshot holds it back). The same logic
     -- as take_next's, inline: a helper function's call costs more than the copy.
-    -- Split, not regexp_match; the pattern and the lengths only guard the casts (see take_next).
+    -- Split, not regexp_match; the pattern and left() only guard the casts (see take_next).
     -- <claim position> (take_next and take_locked: the same text, tests/py/test_one_way.py)
     v_setting := pg_catalog.current_setting('skiplock.claim_hint', true);
     IF v_setting ~ '^-?[0-9]+/-?[0-9]+/[0-9]+/-?[0-9]+/' THEN
-        v_hint := pg_catalog.string_to_array(v_setting, '/');
+        v_hint          := pg_catalog.string_to_array(v_setting, '/');
+        v_from_priority := pg_catalog.left(v_hint[1], 9)::integer;
+        v_from_micros   := pg_catalog.left(v_hint[2], 17)::bigint;  -- within timestamptz's range
+        v_from_id       := pg_catalog.left(v_hint[3], 18)::bigint;
+        v_rescan_at     := pg_catalog.left(v_hint[4], 18);
     END IF;
-    -- The stage may hold '/': compare it whole.
-    IF v_setting = pg_catalog.concat_ws('/', v_hint[1], v_hint[2], v_hint[3], v_hint[4], take_locked.stage)
-       AND pg_catalog.length(pg_catalog.ltrim(v_hint[1], '-')) <= 9
-       AND pg_catalog.length(pg_catalog.ltrim(v_hint[2], '-')) <= 17  -- within timestamptz's range
-       AND pg_catalog.length(v_hint[3]) <= 18
-       AND pg_catalog.length(pg_catalog.ltrim(v_hint[4], '-')) <= 18
-       AND v_hint[4]::bigint > (pg_catalog.date_part('epoch', v_now) * 1000000)::bigint THEN
-        v_from_priority := v_hint[1]::integer;
-        v_from_run_at   := timestamptz 'epoch' + v_hint[2]::bigint * interval '1 microsecond';
-        v_from_id       := v_hint[3]::bigint;
-        v_rescan_at     := v_hint[4];
+    -- Compared whole (a stage may hold '/'): another stage's position, or a field left() cut, fails.
+    IF v_setting = pg_catalog.concat_ws('/', v_from_priority, v_from_micros, v_from_id, v_rescan_at, take_locked.stage)
+       AND v_rescan_at::float8 > pg_catalog.date_part('epoch', v_now) * 1000000 THEN
+        v_from_run_at   := timestamptz 'epoch' + v_from_micros * interval '1 microsecond';
         -- In claim order with LIMIT, not EXISTS: the generic plan of an EXISTS scans the table.
         IF (SELECT c.priority
               FROM queue.live_tasks c
@@ -91,6 +89,8 @@ BEGIN
              LIMIT 1) IS NOT NULL THEN
             v_from_priority := NULL;  -- a task of a lower priority number is due: from the beginning
         END IF;
+    ELSE
+        v_from_priority := NULL;  -- no position, or a stale one: from the beginning
     END IF;
     -- </claim position>
     -- SQL tasks (run_as set) are run_sql_tasks', in a session of their role: skipped here. SKIP

@@ -1,6 +1,6 @@
 """One worker loop, two builds of skiplock, one cluster, interleaved cells: is the new build slower?
 
-    python -m bench.ab --old-tree /path/to/old/checkout [--loop locked|next|consume] [--rounds 5]
+    python -m bench.ab --old-tree /path/to/old/checkout [--loop locked|next|consume|enqueue] [--rounds 5]
                        [--seconds 15] [--clients 16]
 
 Each build is a database migrated by its own checkout's `skiplock upgrade` (this checkout is
@@ -10,7 +10,8 @@ load drifts favours neither. Every cell starts from the same state: the build's 
 checkpoint that falls into one build's cell, decides a round by itself). `--old-tree` at this
 checkout measures the harness's own spread (an A/A run). The loops call only what
 both builds have (no `stage` argument): `locked` is take_locked + finish_locked in one
-transaction, `next` is take_next + finish, `consume` is consume(batch 100). Prints tasks/s per cell
+transaction, `next` is take_next + finish, `consume` is consume(batch 100), `enqueue` one enqueue into
+another stage (W1). Prints tasks/s per cell
 and the median ratio new/old.
 """
 
@@ -55,6 +56,8 @@ SELECT queue.finish(:id, :lease);
 \\endif
 """,
     "consume": """SELECT count(*) FROM queue.consume('ab', 100);
+""",
+    "enqueue": """SELECT queue.enqueue('{}', 'ab.in');
 """,
 }
 TASKS_PER_TRANSACTION = {"consume": 100}  # a full batch; the others end one task a transaction

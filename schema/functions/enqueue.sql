@@ -31,18 +31,19 @@ DECLARE
     v_id       bigint;
     v_held       text;
     v_now    timestamptz := pg_catalog.now();
-    v_run_at timestamptz := coalesce(enqueue.run_at, pg_catalog.now());
+    v_run_at timestamptz := coalesce(enqueue.run_at, v_now);
     -- A periodic task's first slot is its first run.
-    v_slot   timestamptz := CASE WHEN enqueue.repeat IS NOT NULL THEN coalesce(enqueue.run_at, pg_catalog.now()) END;
+    v_slot   timestamptz := CASE WHEN enqueue.repeat IS NOT NULL THEN v_run_at END;
 BEGIN
-    -- One test of every argument, then, only when one is out of bounds, the tests that say which
-    -- (a PL/pgSQL expression costs its setup in every transaction; the checkers pin search_path).
+    -- One test of every argument (of key, repeat and group_key: that one is given), then, only when
+    -- one fails, the tests that say which: each function in a PL/pgSQL expression is set up again in
+    -- every transaction, and a test not reached costs nothing. The checkers pin search_path.
     IF enqueue.stage IS NULL OR enqueue.stage IN ('', '*') OR pg_catalog.octet_length(enqueue.stage) > 54
        OR enqueue.payload IS NULL OR pg_catalog.jsonb_typeof(enqueue.payload) NOT IN ('object', 'array')
        OR pg_catalog.pg_column_size(enqueue.payload) > 1048576
        OR enqueue.priority IS NULL OR enqueue.mode IS NULL OR enqueue.mode NOT IN ('ignore', 'rerun')
-       OR enqueue.key = '' OR pg_catalog.length(enqueue.key) > 1000 OR enqueue.repeat IS NOT NULL
-       OR enqueue.drift IS NULL OR enqueue.group_key = '' OR pg_catalog.length(enqueue.group_key) > 200 THEN
+       OR enqueue.drift IS NULL OR enqueue.key IS NOT NULL OR enqueue.repeat IS NOT NULL
+       OR enqueue.group_key IS NOT NULL THEN
         IF enqueue.stage IS NULL OR enqueue.stage IN ('', '*') OR pg_catalog.octet_length(enqueue.stage) > 54 THEN
             PERFORM queue._check_stage(enqueue.stage);
         END IF;

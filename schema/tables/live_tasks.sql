@@ -34,8 +34,7 @@ CREATE TABLE queue.live_tasks (
     run_at         timestamptz       NOT NULL DEFAULT now(),
     payload        jsonb             NOT NULL DEFAULT '{}',
     key            text,
-    attempt        integer           NOT NULL DEFAULT 0
-                                     CONSTRAINT live_tasks_attempt_not_negative CHECK (attempt >= 0),
+    attempt        integer           NOT NULL DEFAULT 0,  -- not negative: live_tasks_valid
     lease          uuid,
     lease_expires  timestamptz,
     worker         text,

@@ -1,4 +1,4 @@
-"""claim position: left() cuts instead of length checks
+"""Fewer functions set up per call on the hot path
 
 Revision ID: 0106
 Revises: 0105
@@ -16,12 +16,16 @@ depends_on = None
 
 VERSIONS = Path(__file__).parent
 UPGRADE = [
-    '0106_claim_position_left_cuts_instead_of/functions/take_locked.sql',
-    '0106_claim_position_left_cuts_instead_of/functions/take_next.sql',
+    '0106_fewer_functions_set_up_per_call_on_the/alter/tables/live_tasks.sql',
+    '0106_fewer_functions_set_up_per_call_on_the/functions/enqueue.sql',
+    '0106_fewer_functions_set_up_per_call_on_the/functions/take_locked.sql',
+    '0106_fewer_functions_set_up_per_call_on_the/functions/take_next.sql',
 ]
 DOWNGRADE = [
     '0103_hot_path_reads_stage_settings_inline/functions/take_next.sql',
     '0105_finish_without_a_check_on_history/functions/take_locked.sql',
+    '0105_finish_without_a_check_on_history/functions/enqueue.sql',
+    '0106_fewer_functions_set_up_per_call_on_the/downgrade/alter/tables/live_tasks.sql',
 ]
 
 

@@ -1,18 +1,19 @@
-"""One worker loop, two builds of skiplock, one cluster, interleaved cells: is the new build slower?
+"""One worker loop, two builds of skiplock, one cluster: is the new build slower?
 
     python -m bench.ab --old-tree /path/to/old/checkout [--loop locked|next|consume|enqueue] [--rounds 5]
-                       [--seconds 15] [--clients 16]
+                       [--seconds 15] [--clients 16] [--together] [--async-commit] [--tasks 400000]
 
 Each build is a database migrated by its own checkout's `skiplock upgrade` (this checkout is
-"new"). Each round runs the loop once on each build, the order alternating, so that a machine whose
-load drifts favours neither. Every cell starts from the same state: the build's queue topped up to
---tasks due tasks, vacuumed, and a checkpoint (a queue that a cell could drain, or a vacuum or
-checkpoint that falls into one build's cell, decides a round by itself). `--old-tree` at this
-checkout measures the harness's own spread (an A/A run). The loops call only what
-both builds have (no `stage` argument): `locked` is take_locked + finish_locked in one
-transaction, `next` is take_next + finish, `consume` is consume(batch 100), `enqueue` one enqueue into
-another stage (W1). Prints tasks/s per cell
-and the median ratio new/old.
+"new"). Every cell starts from the same state: the build's queue topped up to --tasks due tasks,
+vacuumed, and a checkpoint (a queue that a cell could drain, or a vacuum or checkpoint that falls
+into one build's cell, decides a round by itself). By default a round runs the loop on each build
+in turn, the order alternating; --together runs both builds at once with half the clients each,
+so that both share the machine's drift (about 10 % within seconds here), and --async-commit keeps
+the disk's flush times out of the ratio. `--old-tree` at this checkout measures the harness's own
+spread (an A/A run). The loops call only what both builds have (no `stage` argument): `locked` is
+take_locked + finish_locked in one transaction, `next` is take_next + finish, `consume` is
+consume(batch 100), `enqueue` one enqueue into another stage (W1). Prints tasks/s per cell and
+the median and geometric mean of the ratios new/old.
 """
 
 from __future__ import annotations

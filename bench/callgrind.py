@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
                 if args.top:
                     diff = {k: (v - counts[WARM].get(k, 0)) / args.loops / 1000 for k, v in counts[WARM + args.loops].items()}
-                    for k, v in sorted(diff.items(), key=lambda kv: -kv[1])[1:args.top + 1]:
+                    ranked = sorted((kv for kv in diff.items() if kv[0] != "TOTAL"), key=lambda kv: -kv[1])
+                    for k, v in ranked[:args.top]:
                         print(f"{'':>14}{v:7.1f} k  {k}")
     finally:
         cluster.stop()

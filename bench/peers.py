@@ -252,6 +252,8 @@ def plans() -> list[Plan]:
         Plan("W1", CEILING, "INSERT one row", "ceiling_insert.sql"),
         Plan("W1", SKIPLOCK, "queue.enqueue", "enqueue.sql"),
         Plan("W1", BOUNDS, "INSERT INTO queue.live_tasks, no function", "bounds/enqueue.sql"),
+        Plan("W1", BOUNDS, "that INSERT in a minimal SECURITY DEFINER function", "bounds/enqueue_wrapped.sql"),
+        Plan("W1", BOUNDS, "that function with enqueue's tests of stage and payload", "bounds/enqueue_checked.sql"),
         Plan("W1", GRAPHILE, "graphile_worker.add_job", "peers/graphile_enqueue.sql"),
         Plan("W1", PROCRASTINATE, "procrastinate_defer_jobs_v1", "peers/procrastinate_enqueue.sql"),
         Plan("W1", PGQ, "pgq.insert_event", "peers/pgq_enqueue.sql"),
@@ -260,6 +262,12 @@ def plans() -> list[Plan]:
         Plan("W2", SKIPLOCK, "take_locked + finish_locked, one transaction", "process_locked.sql"),
         Plan("W2", BOUNDS, "their claim + move to history, one transaction, no function", "bounds/process_history.sql"),
         Plan("W2", BOUNDS, "their claim + DELETE, no history, no function", "bounds/process_delete.sql"),
+        Plan("W2", BOUNDS, "their claim + move to history, each in a minimal SECURITY DEFINER function",
+             "bounds/process_wrapped.sql"),
+        Plan("W2", BOUNDS, "take_next's claim under a lease, then finish's move, two transactions, no function",
+             "bounds/process_leased.sql"),
+        Plan("W2", BOUNDS, "finish_and_take's move and claim under a lease, one transaction, no function",
+             "bounds/process_leased_combined.sql", (("id", "0"), ("lease", zero))),
         Plan("W2", GRAPHILE, "claim + delete (its worker's statements)", "peers/graphile_process.sql"),
         Plan("W2", PROCRASTINATE, "fetch_job_v2 + finish_job_v1", "peers/procrastinate_process.sql"),
         # W2b also at 1 client: PgQ's one consumer runs there, and the others beside it.
@@ -346,6 +354,8 @@ def setup(cluster: devdb.Cluster, errors: dict[str, str]) -> list[str]:
     """skiplock from its migrations (and the ceiling table), then each peer in its own database.
     Returns the systems that installed; a peer that fails to install is reported and skipped."""
     designs.create_databases(cluster.url(), cluster.url, from_schema=False)
+    with psycopg.connect(cluster.url(designs.SKIPLOCK.dbname), autocommit=True) as conn:
+        conn.execute((pgbench.SCRIPTS / "bounds" / "wrapped.sql").read_text())  # the wrapped bound's functions
     GRAPHILE.version = node_version("graphile-worker")
     PROCRASTINATE.version = py_version("procrastinate")
     with psycopg.connect(cluster.url(designs.SKIPLOCK.dbname)) as conn:
@@ -539,10 +549,16 @@ def markdown(result: dict) -> str:
               "are kept in `queue.history`.",
               "- **bound: skiplock's statements, bare SQL** is not a system a user runs: skiplock's own "
               "statements with no function around them (`bench/scripts/bounds/`, in skiplock's database, as the "
-              "superuser). W1: the INSERT into `queue.live_tasks` that `enqueue` runs, none of its checks. W2: the "
+              "superuser). W1: the INSERT into `queue.live_tasks` that `enqueue` runs, none of its checks, bare and "
+              "inside a minimal PL/pgSQL function, `SECURITY DEFINER` with a pinned `search_path` and nothing else "
+              "(`bounds/wrapped.sql`), and that function with `enqueue`'s tests of its stage and payload. W2: the "
               "claim `take_locked` runs (the claim index, `FOR UPDATE SKIP LOCKED`), then the move to "
               "`queue.history`, one transaction, the move and COMMIT in one round trip; and the same with a "
-              "DELETE and no history. W2b: a claim of 100 and their move to history in one statement. What "
+              "DELETE and no history; and the claim and the move each inside such a minimal function: what the "
+              "calls alone cost; and `take_next`'s claim, which marks the task running under a lease in a "
+              "transaction of its own, then `finish`'s move to history by that lease in another (`bounds/process_leased.sql`), "
+              "the floor under `take_next` + `finish`; and the same move and claim in one statement, one "
+              "transaction a task (`bounds/process_leased_combined.sql`), the floor under `finish_and_take`. W2b: a claim of 100 and their move to history in one statement. What "
               "skiplock's functions take below these rows is the price of their guarantees (argument checks, the "
               "stage's settings: pause, access, limits; the claim position; the fence; `SECURITY DEFINER`); where "
               "a peer is ahead of these rows too, the gap is the design's own statements, not its functions.",

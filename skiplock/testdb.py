@@ -26,10 +26,16 @@ TAP_DB = "skiplock_pgtap"
 TAP_JOBS = 2
 # The name of the template database `make test` built, for pytest's fixtures to copy.
 TEMPLATE_ENV = "SKIPLOCK_TEST_TEMPLATE"
+# The invariants of a live task as a CHECK, in every database the suites copy or build here: the
+# shipped table has none (PostgreSQL sets a CHECK up again for every statement that writes a row),
+# so the tests check every row they write instead (queue._live_row_ok, schema/tables/live_tasks.sql).
+LIVE_ROW_CHECK = ("ALTER TABLE queue.live_tasks ADD CONSTRAINT live_tasks_valid CHECK (queue._live_row_ok("
+                  "status, attempt, lease, lease_expires, started, rerun, repeat, slot, group_key))")
 
 
 def prepare_template(admin_url: str) -> str:
-    """A new database built by `alembic upgrade head` (what we ship), to copy test databases from.
+    """A new database built by `alembic upgrade head` (what we ship) with LIVE_ROW_CHECK added, to
+    copy test databases from.
 
     It is closed to connections once built: CREATE DATABASE ... TEMPLATE fails while any session
     is connected to the template, and a copy takes a fraction of the seconds a migration takes.
@@ -37,6 +43,8 @@ def prepare_template(admin_url: str) -> str:
     """
     url = create_database(admin_url, "skiplock_template")
     migrate.upgrade(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(LIVE_ROW_CHECK)
     name = str(psycopg.conninfo.conninfo_to_dict(url)["dbname"])
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
@@ -56,9 +64,10 @@ def prepare_tap_database(admin_url: str, template: str | None = None, name: str 
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     url = db_url(admin_url, name)
-    if template is None:
-        migrate.upgrade(url)
     with psycopg.connect(url, autocommit=True) as conn:
+        if template is None:
+            migrate.upgrade(url)
+            conn.execute(LIVE_ROW_CHECK)
         conn.execute("CREATE EXTENSION IF NOT EXISTS pgtap")
         if plpgsql_check:
             conn.execute("CREATE EXTENSION IF NOT EXISTS plpgsql_check")

@@ -1,6 +1,6 @@
 -- _mark_waiting(stage): a take found nothing due, so its caller is about to wait on the
--- stage's channel: make enqueues NOTIFY for the next minute. Writes at most about once per 30 s
--- per stage (idle workers polling every second read, not write).
+-- stage's channel: make enqueues NOTIFY for the next minute, unless the stage's notify is off.
+-- Writes at most about once per 30 s per stage (idle workers polling every second read, not write).
 -- Never waits: the caller may be take_next, which promises not to, and the row may be held by
 -- a take_locked worker whose transaction runs on (another stage's task, say). A row that another
 -- transaction is writing is that one's mark; a concurrent first insert is waited on for at most
@@ -15,6 +15,10 @@ AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM queue.stage_waiters w
                 WHERE w.stage = _mark_waiting.stage AND w.until > pg_catalog.now() + interval '30 seconds') THEN
+        RETURN;
+    END IF;
+    -- A stage that does not notify needs no mark: its enqueues would call _wake_waiters for nothing.
+    IF NOT (queue._settings(_mark_waiting.stage)).notify THEN
         RETURN;
     END IF;
     BEGIN

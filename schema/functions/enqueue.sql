@@ -27,7 +27,6 @@ CREATE OR REPLACE FUNCTION queue.enqueue(
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_settings queue.stage_settings;
     v_id       bigint;
     v_held       text;
     v_now    timestamptz := pg_catalog.now();
@@ -94,14 +93,11 @@ BEGIN
                       HINT = 'A group_key is 1 to 200 characters, or NULL for none.';
         END IF;
     END IF;
-    -- A restricted stage (grant_stage) admits only the roles it lists; open stages skip the lookup.
-    -- <settings> (the stage's row, else the defaults '*': the same text in _settings and its inline copies)
-    v_settings := coalesce((SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) enqueue.stage),
-                           (SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) '*'));
-    -- </settings>
-    IF v_settings.restricted THEN
+    -- <producer access> (one probe of the stage's own row: '*' is never restricted; the same text in enqueue and enqueue_batch)
+    IF (SELECT s.restricted FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) enqueue.stage) THEN
         PERFORM queue._check_access(enqueue.stage, 'enqueue');
     END IF;
+    -- </producer access>
 
     IF enqueue.key IS NULL THEN
         INSERT INTO queue.live_tasks AS t (stage, priority, run_at, payload, created, updated,
@@ -163,8 +159,8 @@ BEGIN
     END IF;
 
     -- Only while a worker waits (take_next found the stage empty): NOTIFY serialises commits.
-    IF v_settings.notify
-       AND EXISTS (SELECT 1 FROM queue.stage_waiters w WHERE w.stage = enqueue.stage AND w.until > v_now) THEN
+    -- _wake_waiters reads the stage's notify setting, so a busy stage never looks it up.
+    IF EXISTS (SELECT 1 FROM queue.stage_waiters w WHERE w.stage = enqueue.stage AND w.until > v_now) THEN
         PERFORM queue._wake_waiters(enqueue.stage);  -- one NOTIFY per wait: it ends the mark
     END IF;
     RETURN v_id;

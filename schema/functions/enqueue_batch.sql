@@ -20,7 +20,6 @@ AS $$
 DECLARE
     v_now      timestamptz := pg_catalog.now();
     v_bad      record;
-    v_settings queue.stage_settings;
     v_detail   text;
     v_hint     text;
 BEGIN
@@ -59,14 +58,11 @@ BEGIN
                       HINT = coalesce(NULLIF(v_hint, ''), 'Every payload must be a JSON object or array of at most 1 MiB.');
         END;
     END IF;
-    -- A restricted stage (grant_stage) admits only the roles it lists; open stages skip the lookup.
-    -- <settings> (the stage's row, else the defaults '*': the same text in _settings and its inline copies)
-    v_settings := coalesce((SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) enqueue_batch.stage),
-                           (SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) '*'));
-    -- </settings>
-    IF v_settings.restricted THEN
+    -- <producer access> (one probe of the stage's own row: '*' is never restricted; the same text in enqueue and enqueue_batch)
+    IF (SELECT s.restricted FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) enqueue_batch.stage) THEN
         PERFORM queue._check_access(enqueue_batch.stage, 'enqueue');
     END IF;
+    -- </producer access>
 
     RETURN QUERY
     INSERT INTO queue.live_tasks AS t (stage, priority, run_at, payload, created, updated, group_key)
@@ -77,8 +73,8 @@ BEGIN
     RETURNING t.id;
 
     -- Only while a worker waits (take_next found the stage empty): NOTIFY serialises commits.
-    IF v_settings.notify
-       AND EXISTS (SELECT 1 FROM queue.stage_waiters w WHERE w.stage = enqueue_batch.stage AND w.until > v_now) THEN
+    -- _wake_waiters reads the stage's notify setting, so a busy stage never looks it up.
+    IF EXISTS (SELECT 1 FROM queue.stage_waiters w WHERE w.stage = enqueue_batch.stage AND w.until > v_now) THEN
         PERFORM queue._wake_waiters(enqueue_batch.stage);  -- one NOTIFY per wait: it ends the mark
     END IF;
 END

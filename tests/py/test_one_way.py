@@ -2,7 +2,7 @@
 and consume share, stay the same text (a call to a shared helper costs more than the copy on the hot
 path: docs/decisions.md), the move to
 history is written only in queue._history_row, and stage settings are read only by queue._settings's
-<settings> block or its inline copies on the hot path."""
+<settings> block or its inline copies on the hot path, and by the producers' <producer access> block."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_the_move_to_history_is_written_once() -> None:
             assert "queue._history_row(" in insert, f"{name}: {insert.strip()}"
 
 
-INLINE_SETTINGS = ("take_next", "take_locked", "consume", "enqueue", "enqueue_batch")
+INLINE_SETTINGS = ("take_next", "take_locked", "consume")
 
 
 @pytest.mark.parametrize("function", INLINE_SETTINGS)
@@ -50,11 +50,21 @@ def test_the_hot_path_inlines_the_settings_lookup_of_settings(function: str) -> 
     assert _block(function, "settings") == _block("_settings", "settings")
 
 
+def test_enqueue_and_enqueue_batch_share_the_access_test() -> None:
+    # They need only the stage's restricted flag ('*' never is): one probe, not _settings's two.
+    def access(function: str) -> str:  # the right both test is called 'enqueue'
+        return _block(function, "producer access").replace("'<function>'", "'enqueue'")
+    assert access("enqueue") == access("enqueue_batch")
+    assert "stage_settings" not in re.sub(r"-- <producer access>.*?-- </producer access>", "",
+                                          (FUNCTIONS / "enqueue.sql").read_text(), flags=re.S)
+
+
 def test_stage_settings_are_read_only_by_settings() -> None:
     # A statement that locks the row (FOR UPDATE, before changing it) is not a lookup.
     # reap_hung reads it inside its statement over live_tasks, where Citus runs no function that queries.
     def outside_the_block(p: Path) -> str:
-        return re.sub(r"-- <settings>.*?-- </settings>", "", p.read_text(), flags=re.S)
+        text = re.sub(r"-- <settings>.*?-- </settings>", "", p.read_text(), flags=re.S)
+        return re.sub(r"-- <producer access>.*?-- </producer access>", "", text, flags=re.S)
     readers = sorted(p.name for p in FUNCTIONS.glob("*.sql") if p.name != "reap_hung.sql"
                      for statement in re.findall(r"FROM queue\.stage_settings\b[^;]*;", outside_the_block(p))
                      if "FOR UPDATE" not in statement)

@@ -183,8 +183,9 @@ def test_idle_polls_refresh_the_mark_only_when_it_runs_low(conn: psycopg.Connect
 
 def test_a_stages_own_notify_setting_overrides_the_defaults_row(conn: psycopg.Connection,
                                                                 listener: psycopg.Connection):
-    # enqueue reads the stage's row and the defaults row ('*') in one statement: the stage's
-    # own value must win whichever way the two differ.
+    # _mark_waiting and _wake_waiters read the stage's row, else the defaults row ('*'): the
+    # stage's own value must win whichever way the two differ. A stage that does not notify is not
+    # marked, so turning notify on takes effect at its workers' next empty take.
     listener.execute('LISTEN "skiplock.wake.own_on"')
     listener.execute('LISTEN "skiplock.wake.own_off"')
     listener.execute('LISTEN "skiplock.wake.no_row"')
@@ -196,8 +197,12 @@ def test_a_stages_own_notify_setting_overrides_the_defaults_row(conn: psycopg.Co
             assert conn.execute("SELECT count(*) FROM queue.take_next(%s)", (stage,)).fetchone()[0] == 0
             conn.execute("SELECT queue.enqueue('{}', %s)", (stage,))
         assert channels(listener, 1.0) == ["skiplock.wake.own_on"]
+        marked = "SELECT array_agg(stage ORDER BY stage) FROM queue.stage_waiters WHERE stage LIKE 'wake.own_o%' OR stage = 'wake.no_row'"
+        assert conn.execute(marked).fetchone()[0] == ["wake.own_on"], "a stage that does not notify was marked"
         conn.execute("SELECT queue.configure_stage('*', notify => true)")
         for stage in ("wake.own_off", "wake.no_row"):
+            conn.execute("SELECT count(*) FROM queue.take_next(%s)", (stage,))  # finds the enqueued task
+            assert conn.execute("SELECT count(*) FROM queue.take_next(%s)", (stage,)).fetchone()[0] == 0
             conn.execute("SELECT queue.enqueue('{}', %s)", (stage,))
         assert channels(listener, 1.0) == ["skiplock.wake.no_row"]
     finally:

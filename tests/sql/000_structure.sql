@@ -84,7 +84,7 @@ SELECT is_empty(
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp","DateStyle=ISO, YMD"}')
          -- _held_entry and _history_row are expressions the planner inlines into their (pinned)
          -- callers; _settings, two probes, costs no more than the probes without a SET clause;
-         -- _live_row_ok runs for every row written (the CHECK live_tasks_valid).
+         -- _live_row_ok runs for every row a test writes (the CHECK the test suite adds).
          AND NOT (p.oid IN ('queue._held_entry(text,xid8,bigint)'::regprocedure,
                             'queue._history_row(queue.live_tasks,queue.task_status,integer,text,text,timestamptz,timestamptz)'::regprocedure,
                             'queue._settings(text)'::regprocedure,

@@ -1,0 +1,2 @@
+-- _live_row_ok is no longer the shipped table's CHECK: its comment says so.
+COMMENT ON FUNCTION queue._live_row_ok(queue.task_status_live, integer, uuid, timestamptz, timestamptz, boolean, interval, timestamptz, text) IS 'Internal: the invariants of a live task. queue.live_tasks ships without a CHECK (only the queue''s functions write it); the test suite adds one calling this. Audit: SELECT id FROM queue.live_tasks WHERE NOT queue._live_row_ok(its columns).';

@@ -108,8 +108,14 @@ def _make_compaction_due(conn: psycopg.Connection, stage: str) -> None:
     assert due, detail
 
 
+# maintain() as of the last rotation: rotation is then never due, so a run that crosses midnight UTC
+# (a new day's partition to create) cannot turn a compaction into "compacting at the next call".
+MAINTAIN_SQL = ("SELECT * FROM queue.maintain("
+                "coalesce((SELECT p.last_rotated FROM queue.history_policy p), now()))")
+
+
 def _compact_row(conn: psycopg.Connection) -> tuple[int, str]:
-    rows = {task: (count, detail) for task, count, detail in conn.execute("SELECT * FROM queue.maintain()")}
+    rows = {task: (count, detail) for task, count, detail in conn.execute(MAINTAIN_SQL)}
     return rows["compact"]
 
 

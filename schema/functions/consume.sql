@@ -16,6 +16,8 @@ CREATE OR REPLACE FUNCTION queue.consume(
     VOLATILE
     SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
+    -- One plan a session: with LIMIT batch unknown the plan cache planned every call again.
+    SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_settings queue.stage_settings;

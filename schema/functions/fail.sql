@@ -21,6 +21,8 @@ CREATE OR REPLACE FUNCTION queue.fail(
     VOLATILE
     SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
+    -- One plan a session, as finish: without statistics each call would be planned again.
+    SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now      timestamptz := pg_catalog.now();

@@ -18,6 +18,8 @@ CREATE OR REPLACE FUNCTION queue.release(id bigint, lease uuid, retry_in interva
     VOLATILE
     SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
+    -- One plan a session, as finish: without statistics each call would be planned again.
+    SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_stage text;

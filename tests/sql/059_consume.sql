@@ -2,7 +2,7 @@
 -- transaction. Order as take_next; a rollback gives them back; periodic and SQL tasks are left
 -- alone. (Concurrent consumers: tests/py/test_consume.py.)
 BEGIN;
-SELECT plan(27);
+SELECT plan(29);
 
 -- Order: priority, then run_at, then id; tasks not due are left.
 SELECT queue.enqueue('{"n": 1}', 'cs.a', priority => 2) AS a1 \gset
@@ -80,6 +80,48 @@ SET ROLE skiplock_t_consume_worker;
 SELECT throws_ok($$SELECT * FROM queue.consume('cs.r')$$, '42501', 'permission denied for stage cs.r',
                  'a worker without the take right on a restricted stage gets 42501');
 RESET ROLE;
+
+-- consume keeps one generic plan (plan_cache_mode = force_generic_plan), batch unknown: its
+-- claim walks live_tasks_claim and its DELETE reads the claimed rows by address, before the
+-- backlog is analyzed and after. (5,000 tasks in 10 stages: on a few rows a Seq Scan is cheaper.)
+INSERT INTO queue.live_tasks (stage, payload)
+SELECT 'cs.plan' || (g % 10), '{}' FROM pg_catalog.generate_series(1, 5000) AS g;
+SET LOCAL plan_cache_mode = force_generic_plan;
+PREPARE consume_claim(text, timestamptz, integer) AS
+    DELETE FROM queue.live_tasks t
+     WHERE t.stage = $1 AND t.ctid = ANY (ARRAY(
+               SELECT c.ctid
+                 FROM queue.live_tasks c
+                WHERE c.stage = $1
+                  AND c.status IN ('ready', 'error')
+                  AND c.run_as IS NULL
+                  AND c.repeat IS NULL
+                  AND c.run_at <= $2
+                ORDER BY c.priority, c.run_at, c.id
+                LIMIT $3
+                  FOR UPDATE SKIP LOCKED))
+    RETURNING t.id;
+CREATE FUNCTION pg_temp.plan_of(p_query text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_line text;
+    v_all  text := '';
+BEGIN
+    FOR v_line IN EXECUTE 'EXPLAIN ' || p_query LOOP
+        v_all := v_all || v_line || E'\n';
+    END LOOP;
+    RETURN v_all;
+END
+$$;
+SELECT ok(pg_temp.plan_of($$EXECUTE consume_claim('cs.plan1', now(), 100)$$) ~ 'Index Scan using live_tasks_claim'
+          AND pg_temp.plan_of($$EXECUTE consume_claim('cs.plan1', now(), 100)$$) ~ 'Tid Scan'
+          AND pg_temp.plan_of($$EXECUTE consume_claim('cs.plan1', now(), 100)$$) !~ 'Seq Scan|Sort',
+          'before ANALYZE, consume''s generic plan claims on live_tasks_claim and deletes by address');
+ANALYZE queue.live_tasks;   -- plans again: an ANALYZE invalidates the cached plan
+SELECT ok(pg_temp.plan_of($$EXECUTE consume_claim('cs.plan1', now(), 100)$$) ~ 'Index Scan using live_tasks_claim'
+          AND pg_temp.plan_of($$EXECUTE consume_claim('cs.plan1', now(), 100)$$) ~ 'Tid Scan'
+          AND pg_temp.plan_of($$EXECUTE consume_claim('cs.plan1', now(), 100)$$) !~ 'Seq Scan|Sort',
+          '… and analyzed');
+RESET plan_cache_mode;
 
 SELECT * FROM finish();
 ROLLBACK;

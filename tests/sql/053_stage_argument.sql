@@ -4,7 +4,7 @@
 -- SK001) or, for the admin calls, as for an unknown id (P0002); NULL is the call as before.
 -- The primary key is (id, stage), and a lookup by id alone still probes it.
 BEGIN;
-SELECT plan(59);
+SELECT plan(57);
 
 CREATE TEMP TABLE took (name text PRIMARY KEY, id bigint, lease uuid);
 CREATE FUNCTION pg_temp.take(p_name text, p_stage text) RETURNS void LANGUAGE sql AS $$
@@ -145,11 +145,11 @@ SELECT throws_ok(format('SELECT queue.cancel(%s, %L)', :a1, 'st.a'), '55000', NU
                  'cancel of a finished task with its stage raises 55000, as without one');
 
 -- The filter keeps the lookup on the primary key (id leads it) in a generic plan, the one
--- finish, fail and release keep (plan_cache_mode = force_generic_plan): with a stage and without
--- one, before the backlog is analyzed and after.
+-- finish, fail and release keep (plan_cache_mode = force_generic_plan): with a stage and without one.
 -- A backlog of 5,000 tasks in 10 stages (on a handful of rows a Seq Scan is the cheaper plan).
 INSERT INTO queue.live_tasks (stage, payload)
 SELECT 'st.plan' || (g % 10), '{}' FROM pg_catalog.generate_series(1, 5000) AS g;
+ANALYZE queue.live_tasks;
 SET LOCAL plan_cache_mode = force_generic_plan;
 PREPARE by_id(bigint, uuid, text) AS
     DELETE FROM queue.live_tasks t
@@ -167,13 +167,8 @@ BEGIN
     RETURN v_all;
 END
 $$;
-SELECT matches(pg_temp.plan_of($$EXECUTE by_id(1, gen_random_uuid(), 'st.a')$$), 'Index Cond: \(id = \$1\)',
-               'before ANALYZE, the generic plan of finish''s statement probes the key by id');
-SELECT doesnt_match(pg_temp.plan_of($$EXECUTE by_id(1, gen_random_uuid(), NULL)$$), 'Seq Scan',
-                    '… and without a stage never scans the table');
-ANALYZE queue.live_tasks;   -- plans again: an ANALYZE invalidates the cached plan
 SELECT matches(pg_temp.plan_of($$EXECUTE by_id(1, gen_random_uuid(), 'st.a')$$), 'Index Scan using live_tasks_pkey',
-               'analyzed, the generic plan of finish''s statement with a stage probes live_tasks_pkey');
+               'the generic plan of finish''s statement with a stage probes live_tasks_pkey');
 SELECT matches(pg_temp.plan_of($$EXECUTE by_id(1, gen_random_uuid(), NULL)$$), 'Index Scan using live_tasks_pkey',
                '… and without one');
 SELECT doesnt_match(pg_temp.plan_of($$EXECUTE by_id(1, gen_random_uuid(), NULL)$$), 'Seq Scan', '… never a Seq Scan');

@@ -2,7 +2,7 @@
 -- transaction. Order as take_next; a rollback gives them back; periodic and SQL tasks are left
 -- alone. (Concurrent consumers: tests/py/test_consume.py.)
 BEGIN;
-SELECT plan(29);
+SELECT plan(28);
 
 -- Order: priority, then run_at, then id; tasks not due are left.
 SELECT queue.enqueue('{"n": 1}', 'cs.a', priority => 2) AS a1 \gset
@@ -82,8 +82,8 @@ SELECT throws_ok($$SELECT * FROM queue.consume('cs.r')$$, '42501', 'permission d
 RESET ROLE;
 
 -- consume keeps one generic plan (plan_cache_mode = force_generic_plan), batch unknown: its
--- claim walks live_tasks_claim and its DELETE reads the claimed rows by address, before the
--- backlog is analyzed and after. (5,000 tasks in 10 stages: on a few rows a Seq Scan is cheaper.)
+-- claim walks live_tasks_claim and its DELETE reads the claimed rows by address. (5,000 tasks in
+-- 10 stages, analyzed: the plan before depends on what earlier tests and autovacuum left.)
 INSERT INTO queue.live_tasks (stage, payload)
 SELECT 'cs.plan' || (g % 10), '{}' FROM pg_catalog.generate_series(1, 5000) AS g;
 SET LOCAL plan_cache_mode = force_generic_plan;
@@ -112,15 +112,11 @@ BEGIN
     RETURN v_all;
 END
 $$;
+ANALYZE queue.live_tasks;
 SELECT ok(pg_temp.plan_of($$EXECUTE consume_claim('cs.plan1', now(), 100)$$) ~ 'Index Scan using live_tasks_claim'
           AND pg_temp.plan_of($$EXECUTE consume_claim('cs.plan1', now(), 100)$$) ~ 'Tid Scan'
           AND pg_temp.plan_of($$EXECUTE consume_claim('cs.plan1', now(), 100)$$) !~ 'Seq Scan|Sort',
-          'before ANALYZE, consume''s generic plan claims on live_tasks_claim and deletes by address');
-ANALYZE queue.live_tasks;   -- plans again: an ANALYZE invalidates the cached plan
-SELECT ok(pg_temp.plan_of($$EXECUTE consume_claim('cs.plan1', now(), 100)$$) ~ 'Index Scan using live_tasks_claim'
-          AND pg_temp.plan_of($$EXECUTE consume_claim('cs.plan1', now(), 100)$$) ~ 'Tid Scan'
-          AND pg_temp.plan_of($$EXECUTE consume_claim('cs.plan1', now(), 100)$$) !~ 'Seq Scan|Sort',
-          '… and analyzed');
+          'consume''s generic plan claims on live_tasks_claim and deletes by address, no Seq Scan or Sort');
 RESET plan_cache_mode;
 
 SELECT * FROM finish();

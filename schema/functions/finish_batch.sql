@@ -5,12 +5,18 @@
 -- Raises 22004 for a NULL element, 22023 for NULL or unequal arrays or too many
 -- pairs. Locks the rows it finishes; writes queue.live_tasks and queue.history.
 -- stage, when given, is the tasks' stage (routes the call on Citus); tasks of others are skipped.
+-- Finds each pair's task through the primary key, whatever the statistics say (see the SET clauses).
 CREATE OR REPLACE FUNCTION queue.finish_batch(id bigint[], lease uuid[], stage text DEFAULT NULL)
     RETURNS integer
     LANGUAGE plpgsql
     VOLATILE
     SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
+    -- One plan a session, and one that probes the primary key for each pair: on a live_tasks never
+    -- analyzed the generic plan read the whole table once for every call (418 ms for 100 pairs of
+    -- a 40,000-task table). enable_seqscan off leaves the planner no cheaper way than the index.
+    SET plan_cache_mode = force_generic_plan
+    SET enable_seqscan = off
 AS $$
 DECLARE
     v_now   timestamptz := pg_catalog.now();

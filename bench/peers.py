@@ -274,7 +274,8 @@ def plans() -> list[Plan]:
         Plan("W2b", SKIPLOCK, "take_next(batch 100) + finish_batch", "process_batch.sql", batch, W2B_CLIENTS),
         Plan("W2b", SKIPLOCK, "consume(batch 100), work done in its transaction", "consume_batch.sql", batch,
              W2B_CLIENTS),
-        Plan("W2b", BOUNDS, "claim 100 + move to history, one statement, no function", "bounds/process_batch.sql",
+        Plan("W2b", BOUNDS, "consume's statement (claim 100 + move to history by row address), no function",
+             "bounds/process_batch.sql",
              batch, W2B_CLIENTS),
         Plan("W2b", GRAPHILE, "claim 100 + delete 100", "peers/graphile_process_batch.sql", batch, W2B_CLIENTS),
         # PgQ: one consumer reads every event, so one client (more clients would read the same batches).
@@ -558,7 +559,7 @@ def markdown(result: dict) -> str:
               "calls alone cost; and `take_next`'s claim, which marks the task running under a lease in a "
               "transaction of its own, then `finish`'s move to history by that lease in another (`bounds/process_leased.sql`), "
               "the floor under `take_next` + `finish`; and the same move and claim in one statement, one "
-              "transaction a task (`bounds/process_leased_combined.sql`), the floor under `finish_and_take`. W2b: a claim of 100 and their move to history in one statement. What "
+              "transaction a task (`bounds/process_leased_combined.sql`), the floor under `finish_and_take`. W2b: `consume`'s own statement, a claim of 100 and their move to history by row address, with no function around it. What "
               "skiplock's functions take below these rows is the price of their guarantees (argument checks, the "
               "stage's settings: pause, access, limits; the claim position; the fence; `SECURITY DEFINER`); where "
               "a peer is ahead of these rows too, the gap is the design's own statements, not its functions.",

@@ -1,15 +1,19 @@
--- Bound, W2b: the statements of a batch take_locked + finish, as bare SQL: claim up to :batch tasks
--- with FOR UPDATE SKIP LOCKED and move them to queue.history in one statement, one transaction (a
--- single statement is one). No leases, no fence, no settings: the floor under a per-task record of a
--- batch. Variables: stage, batch.
-WITH c AS (
-  SELECT t.id FROM queue.live_tasks t
-   WHERE t.stage = :stage AND t.status IN ('ready', 'error') AND t.run_as IS NULL AND t.run_at <= now()
-   ORDER BY t.priority, t.run_at, t.id
-   LIMIT :batch FOR UPDATE SKIP LOCKED),
-d AS (DELETE FROM queue.live_tasks t USING c WHERE t.id = c.id AND t.stage = :stage RETURNING t.*),
+-- Bound, W2b: the statement of consume(stage, batch) as bare SQL: claim up to :batch due tasks with
+-- FOR UPDATE SKIP LOCKED and move them to queue.history by their row addresses, one statement, one
+-- transaction. No settings, no argument checks, no function: the floor under a per-task record of a
+-- batch. Its LIMIT is written out, 100 (bench.peers' batch): a LIMIT parameter would have the plan
+-- cache plan every call, as consume did before it kept one generic plan. Variables: stage.
+WITH d AS (
+  DELETE FROM queue.live_tasks t
+   WHERE t.stage = :stage AND t.ctid = ANY (ARRAY(
+           SELECT c.ctid FROM queue.live_tasks c
+            WHERE c.stage = :stage AND c.status IN ('ready', 'error') AND c.run_as IS NULL
+              AND c.repeat IS NULL AND c.run_at <= now()
+            ORDER BY c.priority, c.run_at, c.id
+            LIMIT 100 FOR UPDATE SKIP LOCKED))
+  RETURNING t.*),
 i AS (INSERT INTO queue.history
-      SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt + 1, NULL, NULL, now(), clock_timestamp())).*
+      SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt + 1, NULL, d.error_text, now(), clock_timestamp())).*
         FROM d
       RETURNING 1)
 SELECT count(*) AS n FROM i

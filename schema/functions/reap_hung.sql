@@ -12,6 +12,9 @@ CREATE OR REPLACE FUNCTION queue.reap_hung()
     VOLATILE
     SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
+    -- The index, whatever the statistics say: on a live_tasks never analyzed the planner read the
+    -- whole table for the expired leases and again for the join that moves them (as finish_batch).
+    SET enable_seqscan = off
 AS $$
 DECLARE
     v_now   timestamptz := pg_catalog.now();

@@ -1,6 +1,6 @@
 """finish, fail, release, consume and finish_batch plan each statement once a session, even on a hot
-table that was never analyzed (revisions 0108 and 0109), and finish_batch finds its tasks through the
-index there. Without `plan_cache_mode = force_generic_plan` PostgreSQL
+table that was never analyzed (revisions 0108 and 0109), and finish_batch and reap_hung find their
+tasks through an index there. Without `plan_cache_mode = force_generic_plan` PostgreSQL
 guessed that `id = $1` matches 0.5 % of such a table, judged the generic plan dearer than a custom
 one, and planned finish's statement again on every call: six times the statement's own work.
 
@@ -93,3 +93,30 @@ def test_finish_batch_probes_the_index_on_a_table_never_analyzed(url: str) -> No
     assert finished == [10] * 12
     assert seq == 0, f"finish_batch read live_tasks sequentially {seq} times in 12 calls"
     assert idx >= 120, f"finish_batch probed the index {idx} times for 120 pairs"
+
+
+def test_reap_hung_reads_the_index_of_running_tasks_on_a_table_never_analyzed(url: str) -> None:
+    """Without revision 0109's clause reap_hung read all of live_tasks for its expired leases, and
+    again for the join that moves them: 15 sequential scans in 10 calls on 40,000 tasks."""
+    stage = "plan.reap"
+    scans = """SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = 'queue.live_tasks'::regclass"""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[1000]), %s) FROM generate_series(1, 5)",
+                     (stage,))
+        never = conn.execute("SELECT reltuples < 0 FROM pg_class WHERE oid = 'queue.live_tasks'::regclass").fetchone()[0]
+        assert never, "live_tasks was analyzed: the test would not see the state it is about"
+        conn.execute("SELECT queue.reap_hung()")  # what earlier tests left running
+        ends = conn.execute("SELECT max(lease_expires) FROM queue.take_next(%s, 7, lease_for => '1 millisecond')",
+                            (stage,)).fetchone()[0]
+        # Wait for the leases' end (a transaction's now() is its start), bounded.
+        for _ in range(10_000):
+            if conn.execute("SELECT now() > %s", (ends,)).fetchone()[0]:
+                break
+        else:
+            raise AssertionError("the leases of 1 ms did not expire")
+        with conn.transaction():
+            seq0 = conn.execute(scans).fetchone()[0]
+            reaped = [conn.execute("SELECT queue.reap_hung()").fetchone()[0] for _ in range(10)]
+            seq = conn.execute(scans).fetchone()[0] - seq0
+    assert reaped[0] == 7 and reaped[1:] == [0] * 9, reaped
+    assert seq == 0, f"reap_hung read live_tasks sequentially {seq} times in 10 calls"

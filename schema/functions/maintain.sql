@@ -9,7 +9,8 @@
 --                      a rotation that changed partitions. It cancels an autovacuum in its way
 --                      (waiting deadlock_timeout + 1 s) and steps around a manual VACUUM.
 -- Returns a row per step (task, count, detail). Cheap when nothing is due: index probes, one row,
--- statistics; nothing written. Raises 22004 for a NULL now.
+-- statistics; nothing written but reap_hung's record of the clock (every 10 s). Raises 22004
+-- for a NULL now.
 CREATE OR REPLACE FUNCTION queue.maintain(now timestamptz DEFAULT pg_catalog.now())
     RETURNS TABLE (task text, count integer, detail text)
     LANGUAGE plpgsql

@@ -6,6 +6,13 @@
 -- call. FOR UPDATE SKIP LOCKED: many sessions may call it at once. Reads only the partial index of
 -- running tasks, so calling it every second is cheap. Tasks due again at once wake their stage's
 -- waiting workers. Locks and writes the rows it recovers (queue.live_tasks, queue.history).
+-- Across a jump of the clock, time nobody saw pass does not count: when queue.reaper_clock (this
+-- function's last record of now()) is over 2 minutes old, the last gap of over 2 minutes between
+-- it, the take times of running tasks and now() (a clock step, a suspended machine, an outage)
+-- is taken out of every lease that ran out within it (each keeps the time it had left when the
+-- gap began), so a worker alive across it can heartbeat on the new clock; a move back only makes
+-- leases longer. While another session records such a gap this call reaps nothing. Locks and
+-- writes queue.reaper_clock at most every 10 s, and the leases it extends.
 CREATE OR REPLACE FUNCTION queue.reap_hung()
     RETURNS integer
     LANGUAGE plpgsql
@@ -27,7 +34,45 @@ DECLARE
     v_of      text;
     v_part    integer;
     v_part_due text[];
+    -- A time longer than this with nothing seen (no record of the clock, no take) is a gap, not
+    -- time the workers had to heartbeat in (maintain() runs every second or every minute).
+    v_tolerance CONSTANT interval := interval '2 minutes';
+    v_clock_key CONSTANT bigint := pg_catalog.hashtextextended('skiplock.reaper_clock', 0);
+    v_last    timestamptz;
+    v_at      timestamptz;
+    v_gap_from timestamptz;  -- the last gap: leases that ran out within it are extended by it
+    v_gap_to   timestamptz;
 BEGIN
+    SELECT c.observed INTO v_last FROM queue.reaper_clock c;
+    IF v_last IS NULL OR v_now < v_last OR v_now - v_last >= interval '10 seconds' THEN
+        IF NOT pg_catalog.pg_try_advisory_xact_lock(v_clock_key) THEN
+            -- Another session records the clock: after a gap, it extends the leases first.
+            IF v_now - v_last > v_tolerance THEN
+                RETURN 0;
+            END IF;
+        ELSE
+            SELECT c.observed INTO v_last FROM queue.reaper_clock c;  -- again, holding the lock
+            IF v_now - v_last > v_tolerance THEN
+                -- The takes since the record are times seen too: find the last gap between them.
+                FOR v_at IN
+                    SELECT l.updated FROM queue.live_tasks l
+                     WHERE l.status = 'running' AND l.updated > v_last AND l.updated <= v_now
+                     ORDER BY l.updated
+                LOOP
+                    IF v_at - v_last > v_tolerance THEN
+                        v_gap_from := v_last;
+                        v_gap_to := v_at;
+                    END IF;
+                    v_last := v_at;
+                END LOOP;
+                IF v_now - v_last > v_tolerance THEN
+                    v_gap_from := v_last;
+                    v_gap_to := v_now;
+                END IF;
+            END IF;
+            UPDATE queue.reaper_clock c SET observed = v_now;
+        END IF;
+    END IF;
     IF pg_catalog.current_setting('citus.version', true) IS NOT NULL THEN
         v_stages := ARRAY(SELECT DISTINCT l.stage FROM queue.live_tasks l
                            WHERE l.status = 'running' AND l.lease_expires < v_now);
@@ -35,6 +80,16 @@ BEGIN
     v_count := 0;
     v_due := '{}';
     FOREACH v_of IN ARRAY v_stages LOOP
+    IF v_gap_from IS NOT NULL THEN
+        UPDATE queue.live_tasks t
+           SET lease_expires = g.until
+          FROM (SELECT l.id, l.stage, v_gap_to + (l.lease_expires - v_gap_from) AS until
+                  FROM queue.live_tasks l
+                 WHERE l.status = 'running' AND l.lease_expires >= v_gap_from AND l.lease_expires < v_gap_to
+                   AND (v_of IS NULL OR l.stage = v_of)
+                   FOR UPDATE SKIP LOCKED) g
+         WHERE t.id = g.id AND t.stage = g.stage;
+    END IF;
     WITH expired AS (
         SELECT t.id,
                t.rerun OR t.attempt < (st.s).max_attempts AS retry,

@@ -1,4 +1,4 @@
-"""reap_hung does not count a jump of the clock against leases
+"""reap_hung does not count a jump of the clock against leases; maintain forgets stale stage_waiters marks
 
 Revision ID: 0110
 Revises: 0109
@@ -17,6 +17,7 @@ depends_on = None
 VERSIONS = Path(__file__).parent
 UPGRADE = [
     '0110_reap_hung_does_not_count_a_jump_of_the/tables/reaper_clock.sql',
+    '0110_reap_hung_does_not_count_a_jump_of_the/functions/_forget_waiters.sql',
     '0110_reap_hung_does_not_count_a_jump_of_the/functions/distribute.sql',
     '0110_reap_hung_does_not_count_a_jump_of_the/functions/maintain.sql',
     '0110_reap_hung_does_not_count_a_jump_of_the/functions/reap_hung.sql',
@@ -25,6 +26,7 @@ DOWNGRADE = [
     '0109_finish_batch_and_reap_hung_probe_the/functions/reap_hung.sql',
     '0100_baseline/functions/maintain.sql',
     '0103_hot_path_reads_stage_settings_inline/functions/distribute.sql',
+    '0110_reap_hung_does_not_count_a_jump_of_the/downgrade/drop/functions/_forget_waiters.sql',
     '0110_reap_hung_does_not_count_a_jump_of_the/downgrade/drop/tables/reaper_clock.sql',
 ]
 

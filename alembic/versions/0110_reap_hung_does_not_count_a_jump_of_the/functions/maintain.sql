@@ -4,6 +4,7 @@
 --   reap_hung          tasks whose lease expired; fire_schedules: due cron ticks (queue.<step>()).
 --   rotate_partitions  when history_policy.last_rotated is older than rotate_every (one session
 --                      rotates; the others fail pg_try_advisory_xact_lock and go on at once).
+--   stage_waiters      marks of stages no worker waits on any more (queue._forget_waiters()).
 --   compact            when queue._compaction_due() says the hot table is mostly free space; last,
 --                      as its ACCESS EXCLUSIVE lock lasts until the transaction ends; skipped after
 --                      a rotation that changed partitions. It cancels an autovacuum in its way
@@ -24,6 +25,7 @@ DECLARE
     v_policy  queue.history_policy;
     v_reaped  integer;
     v_fired   integer;
+    v_forgot  integer;
     v_compact_key CONSTANT bigint := pg_catalog.hashtextextended('skiplock.compact', 0);
     v_done    text;
     v_due     boolean;
@@ -77,6 +79,14 @@ BEGIN
     END IF;
     RETURN NEXT;
 
+    -- Marks of stages no worker waits on any more: without this, every stage name a worker ever
+    -- waited on would keep its row.
+    v_forgot := queue._forget_waiters();
+    task := 'stage_waiters';
+    count := v_forgot;
+    detail := CASE WHEN v_forgot = 0 THEN 'no stale waiting mark'
+                   ELSE pg_catalog.format('%s stale waiting marks deleted', v_forgot) END;
+    RETURN NEXT;
     -- Last, because its lock on the hot table lasts until this transaction ends.
     task := 'compact';
     count := 0;
@@ -126,6 +136,6 @@ BEGIN
     RETURN NEXT;
 END
 $$;
-COMMENT ON FUNCTION queue.maintain(timestamptz) IS 'Housekeeping in one call, each step only when due: reaps hung tasks, fires cron schedules, rotates history partitions, compacts queue.live_tasks (ACCESS EXCLUSIVE until commit). A row per step. Cheap every second from many sessions.';
+COMMENT ON FUNCTION queue.maintain(timestamptz) IS 'Housekeeping, each step only when due: reaps hung tasks, fires cron schedules, rotates history partitions, forgets stale waiting marks, compacts queue.live_tasks (ACCESS EXCLUSIVE until commit). A row per step. Cheap every second from many sessions.';
 REVOKE ALL ON FUNCTION queue.maintain(timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.maintain(timestamptz) TO skiplock_admin;

@@ -12,24 +12,52 @@ import os
 import sys
 from typing import Any, Callable
 
+import psycopg
+
+import skiplock
 from skiplock import cmd_enqueue, cmd_maintain, cmd_migrate, cmd_run_sql, cmd_stats, cmd_worker, connect, demo, devdb, reference
 from skiplock.errors import describe_error, reportable
 
 
-def database_url(args: argparse.Namespace) -> str:
-    """--db, else DATABASE_URL, else the dev cluster started by `skiplock devdb start`."""
+def database_url(args: argparse.Namespace, check_revision: bool = True) -> str:
+    """--db, else DATABASE_URL, else the dev cluster started by `skiplock devdb start`; warns in one
+    line when that database's skiplock is older than this package's (see warn_if_behind)."""
     url = getattr(args, "db", None) or os.environ.get("DATABASE_URL")
     if not url:
         current = devdb.devdb_current()
         if current is None:
             sys.exit("skiplock: no database: pass --db, set DATABASE_URL, or run `skiplock devdb start`")
         url = current.url()
+    if check_revision:
+        warn_if_behind(url, args.command)
     return url
+
+
+def warn_if_behind(url: str, command: str) -> None:
+    """One line on stderr when the database's revision is older than the newest this package ships.
+    Says nothing when it cannot tell (no server, no skiplock, a login that may not read
+    queue.skiplock_version): the command itself reports what matters there."""
+    try:
+        with connect.connect(url, autocommit=True, connect_timeout=10) as conn:
+            row = conn.execute("SELECT CASE WHEN has_table_privilege(to_regclass('queue.skiplock_version'), 'SELECT')"
+                               " THEN 1 END").fetchone()
+            if row is None or row[0] is None:
+                return
+            found = conn.execute("SELECT version_num FROM queue.skiplock_version").fetchone()
+    except psycopg.Error:
+        return
+    head = cmd_migrate.head_revision()
+    if found and found[0].isdigit() and found[0] < head:
+        print(f"skiplock {command}: warning: the database is at revision {found[0]}, this skiplock "
+              f"({skiplock.__version__}) ships {head}: run `skiplock upgrade`", file=sys.stderr)
 
 
 def run_devdb(args: argparse.Namespace) -> int:
     if args.action == "start":
-        print(devdb.devdb_start(durable=not args.fast).url())
+        cluster, done = devdb.devdb_start(durable=not args.fast)
+        if done == "restarted":
+            print(f"skiplock devdb: its server had stopped: started it again on {cluster.directory}", file=sys.stderr)
+        print(cluster.url())
     elif args.action == "stop":
         print("stopped" if devdb.devdb_stop() else "no dev cluster running")
     else:
@@ -42,11 +70,11 @@ def run_devdb(args: argparse.Namespace) -> int:
 
 
 def run_upgrade(args: argparse.Namespace) -> int:
-    return cmd_migrate.upgrade(database_url(args), args.revision)
+    return cmd_migrate.upgrade(database_url(args, check_revision=False), args.revision)
 
 
 def run_downgrade(args: argparse.Namespace) -> int:
-    return cmd_migrate.downgrade(database_url(args), args.revision)
+    return cmd_migrate.downgrade(database_url(args, check_revision=False), args.revision)
 
 
 def run_enqueue(args: argparse.Namespace) -> int:
@@ -152,11 +180,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="skiplock", description="A task queue that lives inside PostgreSQL.")
     parser.add_argument("--db", help="libpq URL of the database (default: DATABASE_URL, else the dev cluster)")
     parser.add_argument("--pooler", choices=connect.MODES, help=POOLER_HELP)
+    parser.add_argument("--version", action="version", version=f"skiplock {skiplock.__version__} (schema revision {cmd_migrate.head_revision()})")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("devdb", help="a throwaway local cluster: start, stop, url",
                        description="Start, stop or show a throwaway local PostgreSQL cluster for development.")
-    p.add_argument("action", choices=["start", "stop", "url"])
+    p.add_argument("action", choices=["start", "stop", "url"],
+                   help="start: start it, or start its server again when it stopped (its data kept), or leave it running; "
+                        "stop: stop it and delete it; url: print its URL. Found from any directory (SKIPLOCK_DEVDB_STATE)")
     p.add_argument("--fast", action="store_true", help="fsync off (tests); default keeps real durability")
     p.set_defaults(func=run_devdb)
 

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from skiplock import migrate
 from skiplock.db import one
+from skiplock.sqlfiles import ROOT
 
 
 def current_revision(url: str) -> str | None:
@@ -21,6 +22,11 @@ def current_revision(url: str) -> str | None:
             return None
         row = conn.execute("SELECT version_num FROM queue.skiplock_version").fetchone()
         return row[0] if row else None
+
+
+def head_revision() -> str:
+    """The newest revision this package ships (their ids are numbers of four digits, one line of them)."""
+    return max(p.name[:4] for p in (ROOT / "alembic" / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))
 
 
 def planned(url: str, target: str) -> list[tuple[str, str]]:

@@ -206,20 +206,40 @@ def stopped_on_signals() -> Iterator[None]:
 
 
 # -- the `skiplock devdb` command keeps its cluster between calls in a state file ---------------
-STATE_FILE = Path(os.environ.get("SKIPLOCK_DEVDB_STATE", ".skiplock-devdb.json"))
+def _state_file() -> Path:
+    """Where `skiplock devdb` records its cluster: SKIPLOCK_DEVDB_STATE, else the root of the
+    checkout this package runs from (so any directory of it, and any other directory through its
+    venv, finds the same cluster), else, for an installed package, the user's state directory."""
+    if os.environ.get("SKIPLOCK_DEVDB_STATE"):
+        return Path(os.environ["SKIPLOCK_DEVDB_STATE"]).absolute()
+    if (ROOT / "pyproject.toml").exists():
+        return ROOT / ".skiplock-devdb.json"
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "skiplock" / "devdb.json"
 
 
-def devdb_start(durable: bool = True) -> Cluster:
+STATE_FILE = _state_file()
+
+
+def _running(c: Cluster) -> bool:
+    return c._run(c._bin() / "pg_ctl", "-D", c.datadir, "status", check=False).returncode == 0
+
+
+def devdb_start(durable: bool = True) -> tuple[Cluster, str]:
+    """The dev cluster and what was done: 'running' (left as it was), 'restarted' (its server had
+    stopped: started again on its data, port and settings) or 'created' (none, or its data is gone)."""
     if STATE_FILE.exists():
-        state = json.loads(STATE_FILE.read_text())
-        c = _from_state(state)
-        if (c.datadir / "postmaster.pid").exists():
-            return c
+        c = _from_state(json.loads(STATE_FILE.read_text()))
+        if (c.datadir / "PG_VERSION").exists():
+            if _running(c):
+                return c, "running"
+            c.resume()
+            return c, "restarted"
         STATE_FILE.unlink()
     c = Cluster(durable=durable).start()
+    STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
     STATE_FILE.write_text(json.dumps({"directory": str(c.directory), "port": c.port, "durable": durable,
                                       "bin_dir": str(c.bin_dir)}))
-    return c
+    return c, "created"
 
 
 def devdb_current() -> Cluster | None:

@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from skiplock import versions
+from skiplock import devdb, versions
 from skiplock.sqlfiles import ROOT
 
 # What the copy runs: the suite's cluster start (a migrated template, as `make test` makes it),
@@ -74,3 +74,21 @@ def test_the_suites_clusters_start_from_a_checkout_in_a_private_directory(privat
     assert not Path(said["cache"]).is_relative_to(private_checkout.parent), said
     if other:
         assert f"other major {other}" in proc.stdout, proc.stdout
+
+
+def test_a_build_the_server_user_cannot_run_is_said_in_one_line(private_checkout: Path):
+    """A server build where postgres cannot reach it (PG_BIN pointing into a private directory):
+    the cluster start says so and what to change, not only initdb's "Permission denied"."""
+    bindir = private_checkout / "bin"
+    bindir.mkdir()
+    for program in ("initdb", "pg_ctl", "postgres"):
+        (bindir / program).symlink_to(devdb.pg_bin() / program)
+    cluster = devdb.Cluster(durable=False, bin_dir=bindir)
+    try:
+        with pytest.raises(RuntimeError) as raised:
+            cluster.start()
+    finally:
+        cluster.stop()
+    first = str(raised.value).splitlines()[0]
+    assert first == (f"the postgres OS user cannot run {bindir / 'initdb'}: put the server build where it can "
+                     "enter every directory (SKIPLOCK_PG_CACHE or PG_BIN)"), str(raised.value)

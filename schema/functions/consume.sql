@@ -5,7 +5,7 @@
 -- attempt not counted. Returns the tasks with the attempt they ran as.
 -- Periodic tasks (repeat) and SQL tasks (enqueue_sql) are left to take_next and run_sql_tasks.
 -- A paused stage returns nothing; a restricted one raises 42501 unless the caller may take; a
--- stage with max_running or group_limit raises 0A000 (consumed tasks never run, so they cannot
+-- stage with max_running, group_limit or rate_limit raises 0A000 (consumed tasks never run, so they cannot
 -- count). Finding nothing due, it marks the stage as waited on, as take_next.
 -- Locks the claimed rows; deletes them from queue.live_tasks, inserts them into queue.history.
 CREATE OR REPLACE FUNCTION queue.consume(
@@ -37,7 +37,7 @@ BEGIN
     IF v_settings.restricted THEN
         PERFORM queue._check_access(consume.stage, 'take');
     END IF;
-    IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL THEN
+    IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL OR v_settings.rate_limit IS NOT NULL THEN
         PERFORM queue._raise_bad_argument('consume', 'limits', consume.stage);
     END IF;
     IF v_settings.paused THEN

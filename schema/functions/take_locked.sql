@@ -8,7 +8,7 @@
 -- attempt not counted; a rolled-back savepoint undoes its takes. Call it inside BEGIN … COMMIT,
 -- for short tasks: the open transaction holds back vacuum. Skips SQL tasks; a paused stage hands
 -- out nothing; finding nothing due, it marks the stage as waited on (stage_waiters), as take_next does.
--- Raises 22004/22023 for a bad stage or batch, 0A000 for a stage with max_running or group_limit,
+-- Raises 22004/22023 for a bad stage or batch, 0A000 for a stage with max_running, group_limit or rate_limit,
 -- 42501 for a restricted stage. Locks the claimed rows until the transaction ends.
 CREATE OR REPLACE FUNCTION queue.take_locked(
         stage text    DEFAULT 'default',
@@ -51,7 +51,7 @@ BEGIN
     IF v_settings.restricted THEN
         PERFORM queue._check_access(take_locked.stage, 'take');
     END IF;
-    IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL THEN
+    IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL OR v_settings.rate_limit IS NOT NULL THEN
         PERFORM queue._raise_bad_argument('take_locked', 'limits', take_locked.stage);
     END IF;
     IF v_settings.paused THEN

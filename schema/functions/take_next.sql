@@ -2,14 +2,17 @@
 -- tasks (ready, or error with a due retry) in order of priority (lower first), run_at, id, FOR
 -- UPDATE SKIP LOCKED, so concurrent callers get disjoint tasks and never wait on each other. Each
 -- starts a new attempt with a fresh lease token, valid for lease_for or the stage's lease_duration.
--- In a stage with max_running or group_limit, takers are serialised by a transaction-level advisory
+-- In a stage with max_running, group_limit or rate_limit, takers are serialised by a transaction-level advisory
 -- lock on the stage, so that counting and claiming are one step (take in short transactions, READ
 -- COMMITTED). A session starts its claim where its last one in the stage ended (setting
 -- skiplock.claim_hint): exact across priorities; within one, a task landing behind is taken within
--- 5 s. Skips SQL tasks; a paused stage hands out nothing. Finding nothing due, it marks the stage as
--- waited on (stage_waiters), which turns on enqueue's NOTIFY for a minute.
+-- 5 s. A stage with a rate_limit (serialised as above) hands out no more than its window has left
+-- (queue.rate_windows, counted in the claim's transaction). Skips SQL tasks; a paused stage hands
+-- out nothing. Finding nothing due, it marks the stage as waited on (stage_waiters), which turns
+-- on enqueue's NOTIFY for a minute.
 -- Raises 22004/22023 for a bad stage, batch, lease_for or worker, 42501 for a restricted stage.
--- Locks the claimed rows (and the stage's advisory lock); writes queue.live_tasks.
+-- Locks the claimed rows (and the stage's advisory lock); writes queue.live_tasks (and
+-- queue.rate_windows for a rate-limited stage).
 CREATE OR REPLACE FUNCTION queue.take_next(
         stage     text     DEFAULT 'default',
         batch     integer  DEFAULT 1,
@@ -70,9 +73,20 @@ BEGIN
     END IF;
     v_lease := coalesce(v_lease, v_settings.lease_duration);
 
-    IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL THEN
+    IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL OR v_settings.rate_limit IS NOT NULL THEN
         -- After the lock, each statement sees every take and finish its holders committed.
         PERFORM pg_catalog.pg_advisory_xact_lock(1936419947, pg_catalog.hashtext(take_next.stage));
+        IF v_settings.rate_limit IS NOT NULL THEN
+            -- Read after the lock, the clock orders the stage's takes: each counts in a window no
+            -- earlier than the last one counted (started, in history, is this time).
+            v_now := pg_catalog.clock_timestamp();
+            IF NOT v_settings.rate_per_group THEN
+                take_next.batch := least(take_next.batch, queue._rate_left(take_next.stage, '', v_now, v_settings));
+                IF take_next.batch < 1 THEN
+                    RETURN;  -- the window is used up: a poll in the next one takes again
+                END IF;
+            END IF;
+        END IF;
         IF v_settings.max_running IS NOT NULL THEN
             SELECT pg_catalog.count(*)::integer INTO v_running
               FROM queue.live_tasks r
@@ -83,7 +97,7 @@ BEGIN
                 RETURN;
             END IF;
         END IF;
-        IF v_settings.group_limit IS NOT NULL THEN
+        IF v_settings.group_limit IS NOT NULL OR (v_settings.rate_limit IS NOT NULL AND v_settings.rate_per_group) THEN
             RETURN QUERY
             SELECT g.id, g.payload, g.attempt, g.lease, g.lease_expires, g.priority, g.key
               FROM queue._take_grouped(take_next.stage, take_next.batch, v_settings.group_limit,
@@ -195,6 +209,10 @@ BEGIN
     -- Nothing due: the caller will wait on the stage's channel, so enqueues must NOTIFY.
     IF NOT FOUND THEN
         PERFORM queue._mark_waiting(take_next.stage);
+    ELSIF v_settings.rate_limit IS NOT NULL THEN
+        -- The claim's rows count in the stage's window, committed with the claim.
+        GET DIAGNOSTICS v_running = ROW_COUNT;
+        PERFORM queue._rate_count(take_next.stage, pg_catalog.array_fill(''::text, ARRAY[v_running]), v_now, v_settings);
     END IF;
 END
 $$;

@@ -76,11 +76,12 @@ def test_migrations_run_up_down_up_on_a_coordinator_and_distribute_is_idempotent
         kinds = dict(conn.execute(
             "SELECT logicalrelid::text, partmethod::text FROM pg_dist_partition"
             " WHERE logicalrelid::text IN ('queue.live_tasks', 'queue.history', 'queue.stage_waiters',"
-            " 'queue.stage_settings', 'queue.fence_key')").fetchall())
+            " 'queue.rate_windows', 'queue.stage_settings', 'queue.fence_key')").fetchall())
         assert kinds == {"queue.live_tasks": "h", "queue.history": "h", "queue.stage_waiters": "h",
-                         "queue.stage_settings": "n", "queue.fence_key": "n"}
+                         "queue.rate_windows": "h", "queue.stage_settings": "n", "queue.fence_key": "n"}
         groups = conn.execute("SELECT count(DISTINCT colocationid) FROM pg_dist_partition"
-                              " WHERE logicalrelid::text IN ('queue.live_tasks', 'queue.history', 'queue.stage_waiters')").fetchone()
+                              " WHERE logicalrelid::text IN ('queue.live_tasks', 'queue.history', 'queue.stage_waiters',"
+                              " 'queue.rate_windows')").fetchone()
         assert groups == (1,)
     # A deployment's path: the last revision down and up again on the distributed database (as an
     # upgrade to it would run), then distribute again, as after every upgrade.

@@ -1,5 +1,5 @@
 -- _take_grouped(stage, batch, group_limit, taken_at, lease_for, worker): take_next's claim for a
--- stage with a group_limit (NULL: none) or a rate_limit per group (rate_per_group). take_next
+-- stage with a group_limit (NULL: none) or a rate_limit (per group with rate_per_group). take_next
 -- calls it holding the stage's advisory lock, so no other taker of the stage counts or claims
 -- meanwhile (VOLATILE: each statement sees what the lock's earlier holders committed).
 -- Each pass leaves the groups at their cap out of the candidates and claims, in claim order
@@ -149,5 +149,5 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION queue._take_grouped(text, integer, integer, timestamptz, interval, text) IS 'Internal: take_next''s claim in a stage with a group_limit or a per-group rate_limit (called under the stage''s advisory lock): up to batch due tasks in claim order, skipping groups at their cap without waiting on them.';
+COMMENT ON FUNCTION queue._take_grouped(text, integer, integer, timestamptz, interval, text) IS 'Internal: take_next''s claim in a stage with a group_limit or a rate_limit (called under the stage''s advisory lock): up to batch due tasks in claim order, skipping groups at their cap without waiting on them.';
 REVOKE ALL ON FUNCTION queue._take_grouped(text, integer, integer, timestamptz, interval, text) FROM PUBLIC;

@@ -80,3 +80,25 @@ $$;
 COMMENT ON FUNCTION queue.consume(text, integer) IS 'Takes up to batch due tasks of a stage (take_next''s order, SKIP LOCKED), moves them to queue.history as done in one statement, in the caller''s transaction: a rollback gives them back. For work done in that transaction. Skips periodic and SQL tasks.';
 REVOKE ALL ON FUNCTION queue.consume(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.consume(text, integer) TO skiplock_worker, skiplock_admin;
+
+-- consume(stages, batch): consume from several stages, fairly: up to `batch` due tasks recorded as
+-- done in the caller's transaction, each with the stage it came from, served as take_next(stages)
+-- serves them (names and 'prefix*', round robin by weight from the session's last turn). A stage
+-- found by a prefix is skipped when the caller may not take from it or it has limits; one named
+-- outright raises as consume(stage) does. Raises 22004/22023 for bad stages or batch, 0A000 on
+-- Citus, and what consume raises. Locks and writes what consume does.
+CREATE OR REPLACE FUNCTION queue.consume(
+        stages text[],
+        batch  integer DEFAULT 100)
+    RETURNS TABLE (stage text, id bigint, payload jsonb, attempt integer, priority integer, key text)
+    LANGUAGE sql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT t.stage, t.id, t.payload, t.attempt, t.priority, t.key
+      FROM queue._take_turns('consume', consume.stages, consume.batch, NULL, NULL) t
+$$;
+COMMENT ON FUNCTION queue.consume(text[], integer) IS 'Consumes up to batch due tasks from several stages (names, or prefixes such as ''tenant.*''), round robin by stage weight; each row names its stage. Prefix stages that are limited or not granted are skipped. 0A000 on Citus.';
+REVOKE ALL ON FUNCTION queue.consume(text[], integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.consume(text[], integer) TO skiplock_worker, skiplock_admin;

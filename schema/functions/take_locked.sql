@@ -158,3 +158,26 @@ $$;
 COMMENT ON FUNCTION queue.take_locked(text, integer) IS 'Claims up to batch due tasks for the caller''s transaction: row lock plus a signed entry in the transaction-local setting skiplock.held, no lease. End each there with finish_locked or fail_locked; short tasks only. 0A000 for limited stages.';
 REVOKE ALL ON FUNCTION queue.take_locked(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.take_locked(text, integer) TO skiplock_worker, skiplock_admin;
+
+-- take_locked(stages, batch): take_locked from several stages, fairly: up to `batch` tasks for the
+-- caller's transaction, each with the stage it came from, served as take_next(stages) serves them
+-- (names and 'prefix*', round robin by weight from the session's last turn). A stage found by a
+-- prefix is skipped when the caller may not take from it or it has limits; one named outright
+-- raises as take_locked(stage) does. End each task with finish_locked or fail_locked, as usual.
+-- Raises 22004/22023 for bad stages or batch, 0A000 on Citus, and what take_locked raises.
+-- Locks the claimed rows until the transaction ends.
+CREATE OR REPLACE FUNCTION queue.take_locked(
+        stages text[],
+        batch  integer DEFAULT 1)
+    RETURNS TABLE (stage text, id bigint, payload jsonb, attempt integer, priority integer, key text)
+    LANGUAGE sql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT t.stage, t.id, t.payload, t.attempt, t.priority, t.key
+      FROM queue._take_turns('locked', take_locked.stages, take_locked.batch, NULL, NULL) t
+$$;
+COMMENT ON FUNCTION queue.take_locked(text[], integer) IS 'Claims up to batch due tasks from several stages (names, or prefixes such as ''tenant.*'') for the caller''s transaction, round robin by stage weight; each row names its stage. Prefix stages that are limited or not granted are skipped. 0A000 on Citus.';
+REVOKE ALL ON FUNCTION queue.take_locked(text[], integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.take_locked(text[], integer) TO skiplock_worker, skiplock_admin;

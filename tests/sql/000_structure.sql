@@ -18,6 +18,7 @@ SELECT set_eq(
         'queue.configure_history(interval,integer,interval,text,interval)',
         'queue.configure_stage(text,interval,integer,text,interval,interval,real,boolean,integer,integer,boolean,integer,interval,integer,boolean,integer)',
         'queue.consume(text,integer)',
+        'queue.consume(text[],integer)',
         'queue.distribute()',
         'queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text,interval,boolean,text)',
         'queue.enqueue_batch(jsonb[],text,integer,timestamp with time zone,text)',
@@ -42,7 +43,9 @@ SELECT set_eq(
         'queue.set_priority(bigint,integer,text)',
         'queue.stop_sql_executor(integer)',
         'queue.take_locked(text,integer)',
+        'queue.take_locked(text[],integer)',
         'queue.take_next(text,integer,interval,text)',
+        'queue.take_next(text[],integer,interval,text)',
         'queue.unschedule(text)'
     ],
     'the public functions of schema queue are exactly the documented API, with these signatures'
@@ -219,6 +222,7 @@ SELECT set_eq(
        WHERE p.pronamespace = 'queue'::regnamespace AND p.proname !~ '^_'
          AND pg_catalog.has_function_privilege('skiplock_worker', p.oid, 'EXECUTE')$$,
     ARRAY['queue.take_next(text,integer,interval,text)',
+          'queue.take_next(text[],integer,interval,text)',
           'queue.heartbeat(bigint,uuid,interval,text)',
           'queue.finish(bigint,uuid,text,text)',
           'queue.finish_batch(bigint[],uuid[],text)',
@@ -226,9 +230,11 @@ SELECT set_eq(
           'queue.release(bigint,uuid,interval,text)',
           'queue.finish_and_take(bigint,uuid,text,integer,interval,text)',
           'queue.take_locked(text,integer)',
+          'queue.take_locked(text[],integer)',
           'queue.finish_locked(bigint,text,text)',
           'queue.fail_locked(bigint,text,boolean,interval,text,text)',
-          'queue.consume(text,integer)'],
+          'queue.consume(text,integer)',
+          'queue.consume(text[],integer)'],
     'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail, release, finish_and_take, take_locked, finish_locked, fail_locked and consume and nothing else'
 );
 

@@ -5,13 +5,18 @@ stage within its first round of 51 takes in one session, and four concurrent ses
 on with its own round robin) take the rest of the small stages' tasks within 600 takes; every task
 is taken once. A worker that waits on
 several stages (LISTEN on each stage's channel, after a multi-stage take found them all empty) is
-woken by an enqueue into either of them.
+woken by an enqueue into either of them. The CLI worker takes several stages (`--stage a --stage
+b,c`, or a prefix) and finishes each task in its own stage.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -115,3 +120,20 @@ def test_a_multi_stage_waiter_is_woken_by_an_enqueue_into_any_of_its_stages(conn
         assert woke == [f"skiplock.{stage}"]
         rows = listener.execute("SELECT stage FROM queue.take_next(ARRAY['multi.a', 'multi.b'])").fetchall()
         assert rows == [(stage,)]
+
+
+def test_the_cli_worker_serves_several_stages(db: str, conn: psycopg.Connection, tmp_path: Path) -> None:
+    """`skiplock worker --stage a --stage b,c` (and a prefix) runs the tasks of every stage named,
+    each command told its task's stage, and finishes each in its own stage."""
+    for stage in ("cliw.a", "cliw.b", "cliw.c", "cliw.p.x", "cliw.p.y"):
+        conn.execute("SELECT queue.enqueue_batch(ARRAY['{}', '{}']::jsonb[], %s)", (stage,))
+    log = tmp_path / "stages"
+    for stages in (["--stage", "cliw.a", "--stage", "cliw.b,cliw.c"], ["--stage", "cliw.p.*"]):
+        proc = subprocess.run([sys.executable, "-m", "skiplock", "worker", "--db", db, *stages, "--until-empty", "-q",
+                               "--", "sh", "-c", f'cat > /dev/null; echo "$SKIPLOCK_STAGE" >> "{log}"'],
+                              capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="200"))
+        assert proc.returncode == 0, proc.stderr
+    done = conn.execute("SELECT stage, count(*) FROM queue.tasks WHERE stage LIKE 'cliw.%%' AND status = 'done'"
+                        " GROUP BY stage ORDER BY stage").fetchall()
+    assert done == [(s, 2) for s in ("cliw.a", "cliw.b", "cliw.c", "cliw.p.x", "cliw.p.y")]
+    assert sorted(log.read_text().split()) == sorted(["cliw.a", "cliw.b", "cliw.c", "cliw.p.x", "cliw.p.y"] * 2)

@@ -32,8 +32,11 @@ UPGRADE = [
     '0110_rate_limits_per_window_and_multi_stage/functions/distribute.sql',
     '0110_rate_limits_per_window_and_multi_stage/functions/take_locked.sql',
     '0110_rate_limits_per_window_and_multi_stage/functions/take_next.sql',
+    '0110_rate_limits_per_window_and_multi_stage/views/stage_config.sql',
 ]
 DOWNGRADE = [
+    '0110_rate_limits_per_window_and_multi_stage/downgrade/alter/views/stage_config.sql',
+    '0104_citus_consume_filters_on_its_stage/views/stage_config.sql',
     '0106_fewer_functions_set_up_per_call_on_the/functions/take_next.sql',
     '0106_fewer_functions_set_up_per_call_on_the/functions/take_locked.sql',
     '0103_hot_path_reads_stage_settings_inline/functions/distribute.sql',

@@ -20,3 +20,4 @@ COMMENT ON COLUMN queue.rate_windows.window_start IS 'Start of the window counte
 COMMENT ON COLUMN queue.rate_windows.taken IS 'Tasks taken since window_start.';
 COMMENT ON COLUMN queue.rate_windows.burst_start IS 'Start of the burst part of the window counted in burst_taken (see stage_settings.rate_burst).';
 COMMENT ON COLUMN queue.rate_windows.burst_taken IS 'Tasks taken since burst_start.';
+GRANT SELECT ON queue.rate_windows TO skiplock_admin, skiplock_monitor;

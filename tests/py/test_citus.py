@@ -236,6 +236,18 @@ def test_a_null_stage_never_reaches_a_delegated_call(url: str) -> None:
         assert watcher.execute("SELECT pg_postmaster_start_time()").fetchone() == started
 
 
+def test_multi_stage_takes_refuse_in_one_line_on_citus(url: str) -> None:
+    """take_next, take_locked and consume with stages[] would cross shards: 0A000, saying so."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        for call in ("SELECT * FROM queue.take_next(ARRAY['multi.a', 'multi.b'])",
+                     "SELECT * FROM queue.take_locked(ARRAY['multi.*'])",
+                     "SELECT * FROM queue.consume(ARRAY['multi.a'])"):
+            with pytest.raises(psycopg.Error) as refused:
+                conn.execute(call)
+            assert refused.value.sqlstate == "0A000"
+            assert refused.value.diag.message_primary == "multi-stage takes are not supported on Citus"
+
+
 def test_max_running_holds_for_takes_inside_and_outside_transactions(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as admin:
         admin.execute("SELECT queue.configure_stage('limited', max_running => 3)")

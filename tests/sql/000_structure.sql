@@ -253,8 +253,9 @@ SELECT set_eq(
        WHERE c.relnamespace = 'queue'::regnamespace
          AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
          AND pg_catalog.has_table_privilege('skiplock_monitor', c.oid, 'SELECT')$$,
-    ARRAY['queue.tasks', 'queue.stats', 'queue.errors', 'queue.hourly', 'queue.metrics', 'queue.stage_config', 'queue.schedules'],
-    'skiplock_monitor may read exactly the views queue.tasks, queue.stats, queue.errors, queue.hourly, queue.metrics, queue.stage_config and the table queue.schedules'
+    ARRAY['queue.tasks', 'queue.stats', 'queue.errors', 'queue.hourly', 'queue.metrics', 'queue.stage_config', 'queue.schedules',
+          'queue.rate_windows'],
+    'skiplock_monitor may read exactly the views queue.tasks, queue.stats, queue.errors, queue.hourly, queue.metrics, queue.stage_config and the tables queue.schedules and queue.rate_windows'
 );
 
 SELECT set_eq(
@@ -280,10 +281,10 @@ SELECT is_empty(
          AND c.relkind IN ('r', 'p')
          AND r.rolname IN ('skiplock_producer', 'skiplock_worker', 'skiplock_monitor', 'skiplock_admin')
          AND pg_catalog.has_table_privilege(r.oid, c.oid, v.priv)
-         -- The one exception: monitors and admins read the schedules table (it holds no task data).
-         AND NOT (c.oid = 'queue.schedules'::regclass AND v.priv = 'SELECT'
+         -- The exceptions: monitors and admins read the schedules and the rate windows (no task data).
+         AND NOT (c.oid IN ('queue.schedules'::regclass, 'queue.rate_windows'::regclass) AND v.priv = 'SELECT'
                   AND r.rolname IN ('skiplock_monitor', 'skiplock_admin'))$$,
-    'no application role may write a table of queue, nor read one but queue.schedules (listed: role, table, privilege)'
+    'no application role may write a table of queue, nor read one but queue.schedules and queue.rate_windows (listed: role, table, privilege)'
 );
 
 -- The privilege check in action: a worker reading the hot table is refused.

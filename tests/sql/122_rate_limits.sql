@@ -5,7 +5,7 @@
 -- rate-limited stage. Windows of 31 days here, so that the test never straddles two. (Concurrent
 -- takers over a minute of 1-second windows: tests/py/test_rate_limits.py.)
 BEGIN;
-SELECT plan(33);
+SELECT plan(34);
 
 CREATE FUNCTION pg_temp.taken(stage text, batch integer) RETURNS integer LANGUAGE sql AS $$
     SELECT count(*)::integer FROM queue.take_next($1, $2)
@@ -57,6 +57,9 @@ SELECT results_eq($$SELECT w.group_key, w.taken FROM queue.rate_windows w WHERE 
 DO $$ BEGIN PERFORM queue.configure_stage('rt.burst', rate_limit => 10, rate_window => '31 days', rate_burst => 2); END $$;
 SELECT is((SELECT count(*)::integer FROM queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[12]), 'rt.burst')), 12, 'twelve tasks, 10 a window in bursts of 2');
 SELECT is(pg_temp.taken('rt.burst', 100), 2, 'a take gets no more than the burst');
+
+SELECT results_eq($$SELECT rate_limit, rate_window, rate_burst, rate_per_group FROM queue.stage_config WHERE stage = 'rt.burst'$$,
+                  $$VALUES (10, interval '31 days', 2, false)$$, 'queue.stage_config shows a stage''s rate limit');
 
 -- Refusals and removal -------------------------------------------------------------------------------------------------
 SELECT throws_ok($$SELECT * FROM queue.take_locked('rt.stage')$$, '0A000', 'stage ''rt.stage'' has concurrency limits',

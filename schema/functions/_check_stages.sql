@@ -1,6 +1,7 @@
 -- _check_stages(stages): raises unless stages is a usable set of stages for a multi-stage take
 -- (take_next, take_locked, consume with text[]): 1 to 1000 elements, each a stage name or a
--- prefix ending in '*' ('tenant.*': every stage starting 'tenant.'; '*': every stage).
+-- prefix ending in '*' ('tenant.*': every stage starting 'tenant.'; not '*' alone, which would
+-- take from every stage of the database).
 -- Raises 22004 for a NULL array or element, 22023 for an empty or too long array, a bad name or
 -- a prefix of more than 53 bytes. Reads and writes nothing.
 CREATE OR REPLACE FUNCTION queue._check_stages(stages text[])
@@ -24,7 +25,7 @@ BEGIN
                   HINT = 'Name at most 1000 stages; a prefix such as ''tenant.*'' covers any number of them.';
     END IF;
     FOREACH v_stage IN ARRAY _check_stages.stages LOOP
-        IF pg_catalog.right(v_stage, 1) = '*' THEN
+        IF pg_catalog.right(v_stage, 1) = '*' AND v_stage <> '*' THEN
             IF pg_catalog.octet_length(v_stage) > 54 THEN
                 PERFORM queue._check_stage(v_stage, 'stages prefix');
             END IF;

@@ -4,9 +4,8 @@
 --   max_running  at most this many tasks of the stage run at once (0 removes the cap);
 --   group_limit  at most this many tasks of one group_key run at once (0 removes the cap);
 --   paused       true: takes hand out nothing of the stage until it is set false again;
---   rate_limit   at most this many takes per rate_window (default 1 second) (0 removes the limit);
---   rate_burst   at most this many of them per rate_window * rate_burst / rate_limit (0: no such part);
---   rate_per_group  the rate limit applies to each group_key, not to the whole stage;
+--   rate_limit   at most this many takes per rate_window (default 1 s; 0 removes it), of each
+--                group_key with rate_per_group; rate_burst: at most so many per its share of a window;
 --   weight       tasks a multi-stage take serves from the stage in its turn (1 to 1000).
 -- A new limit applies to the takes that start after this call commits; tasks already running are
 -- not stopped (a lowered cap holds again once enough of them end). Resuming a stage or changing a

@@ -94,7 +94,7 @@ HOSTILE: dict[str, dict[str, Any]] = {
     },
     "text[]": {"NULL": None, "empty": [], "NULL element": [None],
                "hostile names": [v for v in HOSTILE_TEXT.values() if isinstance(v, str)],
-               "every stage": ["*"], "1,001 stages": ["h.stage"] * 1_001},
+               "star alone": ["*"], "1,001 stages": ["h.stage"] * 1_001},
     "integer": {"NULL": None, "min": -2**31, "max": 2**31 - 1, "zero": 0, "minus one": -1},
     "bigint": {"NULL": None, "minus one": -1, "zero": 0, "max": 2**63 - 1},
     "bigint[]": {"NULL": None, "empty": [], "NULL element": [None], "extremes": [-1, 0, 2**63 - 1],

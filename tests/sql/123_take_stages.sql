@@ -5,7 +5,7 @@
 -- named outright raises as the single-stage call does. (100,000 tasks against 50 small stages,
 -- and the wake-ups of a multi-stage worker: tests/py/test_take_stages.py.)
 BEGIN;
-SELECT plan(33);
+SELECT plan(34);
 
 CREATE ROLE skiplock_t_ms_worker LOGIN IN ROLE skiplock_worker;
 CREATE TEMP TABLE took (seq serial PRIMARY KEY, stage text, id bigint);
@@ -82,6 +82,7 @@ SELECT throws_ok($$SELECT * FROM queue.take_next(NULL::text[])$$, '22004', 'stag
 SELECT throws_ok($$SELECT * FROM queue.take_next('{}'::text[])$$, '22023', 'stages must hold 1 to 1000 elements', 'no stages: 22023');
 SELECT throws_ok($$SELECT * FROM queue.take_next(ARRAY['ms.a', ''])$$, '22023', 'invalid stages element name', 'an empty name: 22023');
 SELECT throws_ok($$SELECT * FROM queue.take_next(ARRAY['ms.a', NULL])$$, '22004', 'stages element must not be NULL', 'a NULL element: 22004');
+SELECT throws_ok($$SELECT * FROM queue.take_next(ARRAY['*'])$$, '22023', 'invalid stages element name', '''*'' alone (every stage) is refused: 22023');
 SELECT throws_ok($$SELECT * FROM queue.take_next(ARRAY['ms.a'], 0)$$, '22023', 'batch out of range', 'batch 0: 22023');
 
 SELECT * FROM finish();

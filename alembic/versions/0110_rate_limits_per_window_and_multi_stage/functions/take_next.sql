@@ -3,16 +3,15 @@
 -- UPDATE SKIP LOCKED, so concurrent callers get disjoint tasks and never wait on each other. Each
 -- starts a new attempt with a fresh lease token, valid for lease_for or the stage's lease_duration.
 -- In a stage with max_running, group_limit or rate_limit, takers are serialised by a
--- transaction-level advisory lock on the stage, so that counting and claiming are one step (take
--- in short transactions, READ COMMITTED). A session starts its claim where its last one in the
--- stage ended (setting skiplock.claim_hint): exact across priorities; within one, a task landing
--- behind is taken within 5 s. A stage with a rate_limit hands out no more than its window has left (queue.rate_windows,
--- counted by _take_grouped's claim in this transaction). Skips SQL tasks; a paused stage hands
--- out nothing. Finding nothing due, it marks the stage as waited on (stage_waiters), which turns
--- on enqueue's NOTIFY for a minute.
+-- transaction-level advisory lock on the stage, so that counting (running tasks, or the takes in
+-- queue.rate_windows) and claiming are one step (take in short transactions, READ COMMITTED).
+-- A session starts its claim where its last one in the stage ended (setting skiplock.claim_hint):
+-- exact across priorities; within one, a task landing behind is taken within 5 s. Skips SQL
+-- tasks; a paused stage hands out nothing. Finding nothing due, it marks the stage as waited on
+-- (stage_waiters), which turns on enqueue's NOTIFY for a minute.
 -- Raises 22004/22023 for a bad stage, batch, lease_for or worker, 42501 for a restricted stage.
 -- Locks the claimed rows (and the stage's advisory lock); writes queue.live_tasks (and
--- queue.rate_windows for a rate-limited stage).
+-- queue.rate_windows).
 CREATE OR REPLACE FUNCTION queue.take_next(
         stage     text     DEFAULT 'default',
         batch     integer  DEFAULT 1,

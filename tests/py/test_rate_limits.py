@@ -126,11 +126,13 @@ def test_rate_limits_hold_exactly_and_are_reached_under_sixteen_takers(rate_db: 
     assert len(inside) >= RUN - 3
     seconds = Counter({int(w.timestamp()): n for w, n in stage_counts.items()})
     taken = sum(seconds[w] for w in inside)
+    print(f"\n{STAGE}: {taken} of {LIMIT * len(inside)} in {len(inside)} windows ({taken / (LIMIT * len(inside)):.1%})")
     assert taken >= 0.9 * LIMIT * len(inside), \
         f"{STAGE}: {taken} taken in {len(inside)} windows of {LIMIT} ({taken / (LIMIT * len(inside)):.0%})"
     group_seconds: Counter[int] = Counter()
     for (g, w), n in group_counts.items():
         group_seconds[int(w.timestamp())] += n
     group_taken = sum(group_seconds[w] for w in inside)
+    print(f"{GROUP_STAGE}: {group_taken} of {GROUP_LIMIT * GROUPS * len(inside)} in {len(inside)} windows")
     assert group_taken >= 0.9 * GROUP_LIMIT * GROUPS * len(inside), \
         f"{GROUP_STAGE}: {group_taken} taken in {len(inside)} windows of {GROUPS} x {GROUP_LIMIT}"

@@ -229,7 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "fails it (retried per the stage's policy) with the last lines of stderr as the "
                                    "error. The lease is extended every third of its length while the command runs. "
                                    "SIGTERM or SIGINT: stop taking, let running commands finish (up to --grace), exit 0.")
-    p.add_argument("--stage", "-s", required=True, help="stage to work on")
+    p.add_argument("--stage", "-s", required=True, action="append",
+                   help="stage to work on; several (repeat it, or a comma list, or a prefix such as 'tenant.*') "
+                        "are served round robin by queue.take_next(stages[])")
     p.add_argument("--concurrency", "-c", type=_positive(int), default=1, help="commands run at once (default 1), each slot with its own connection")
     p.add_argument("--lease", type=_seconds(), default=None, metavar="SECONDS",
                    help="lease per attempt, renewed by heartbeats (default: the stage's lease_duration)")

@@ -83,6 +83,7 @@ class Taken:
     attempt: int
     lease: str
     lease_seconds: float
+    stage: str
 
 
 class Shared(slots.Shared):
@@ -153,20 +154,28 @@ class Slot(slots.Slot[Shared]):
 
     def take(self) -> Taken | None:
         a = self.shared.args
+        if len(a.stages) > 1 or a.stage.endswith("*"):  # several, or a prefix: round robin, each row names its stage
+            row = self.db.execute(
+                "SELECT t.id, t.payload::text, t.attempt, t.lease::text, "
+                "       extract(epoch FROM t.lease_expires - now())::float8, t.stage "
+                "  FROM queue.take_next(stages => %s::text[], batch => 1, "
+                "                       lease_for => %s::float8 * interval '1 second', worker => %s) t",
+                (a.stages, a.lease, self.worker_name)).fetchone()
+            return Taken(*row) if row else None
         row = self.db.execute(
             "SELECT t.id, t.payload::text, t.attempt, t.lease::text, "
             "       extract(epoch FROM t.lease_expires - now())::float8 "
             "  FROM queue.take_next(stage => %s, batch => 1, "
             "                       lease_for => %s::float8 * interval '1 second', worker => %s) t",
             (a.stage, a.lease, self.worker_name)).fetchone()
-        return Taken(*row) if row else None
+        return Taken(row[0], row[1], row[2], row[3], row[4], a.stage) if row else None
 
     # -- one task -----------------------------------------------------------------------------
     def work(self, task: Taken) -> None:
         sh, a = self.shared, self.shared.args
         started = time.monotonic()
         env = dict(os.environ, SKIPLOCK_TASK_ID=str(task.id), SKIPLOCK_ATTEMPT=str(task.attempt),
-                   SKIPLOCK_STAGE=a.stage)
+                   SKIPLOCK_STAGE=task.stage)
         with sh.lock:
             sh.running += 1
         try:
@@ -262,7 +271,7 @@ class Slot(slots.Slot[Shared]):
             if now >= next_beat:
                 try:
                     self.db.execute("SELECT queue.heartbeat(%s, %s, lease_for => %s::float8 * interval '1 second', "
-                                    "stage => %s)", (task.id, task.lease, a.lease, a.stage))
+                                    "stage => %s)", (task.id, task.lease, a.lease, task.stage))
                     next_beat = now + every
                 except psycopg.OperationalError:
                     # One bounded try, never the waiting reconnect loop: the command stays
@@ -282,17 +291,17 @@ class Slot(slots.Slot[Shared]):
         sh, a = self.shared, self.shared.args
         params: tuple[Any, ...]
         if how == "finish":
-            sql, params = "SELECT queue.finish(%s, %s, stage => %s)", (task.id, task.lease, a.stage)
+            sql, params = "SELECT queue.finish(%s, %s, stage => %s)", (task.id, task.lease, task.stage)
         elif how == "shutdown":
             # Not the task's fault: hand it back without using up an attempt.
-            sql, params = "SELECT queue.release(%s, %s, stage => %s)", (task.id, task.lease, a.stage)
+            sql, params = "SELECT queue.release(%s, %s, stage => %s)", (task.id, task.lease, task.stage)
         elif how == "snooze":
             sql = "SELECT queue.release(%s, %s, retry_in => %s::float8 * interval '1 second', stage => %s)"
-            params = (task.id, task.lease, a.snooze, a.stage)
+            params = (task.id, task.lease, a.snooze, task.stage)
         else:
             sql = ("SELECT queue.fail(%s, %s, %s, fatal => %s, "
                    "retry_in => %s::float8 * interval '1 second', stage => %s)")
-            params = (task.id, task.lease, error, how == "fatal", None, a.stage)
+            params = (task.id, task.lease, error, how == "fatal", None, task.stage)
         try:
             for attempt in (1, 2):
                 try:
@@ -309,7 +318,7 @@ class Slot(slots.Slot[Shared]):
                         raise
                     why = f"SQLSTATE {e.sqlstate}" if e.sqlstate else type(e).__name__
                     error = f"{(error or '').partition(';')[0]} (stderr not storable: {why})"
-                    params = (task.id, task.lease, error, how == "fatal", None, a.stage)
+                    params = (task.id, task.lease, error, how == "fatal", None, task.stage)
         except psycopg.OperationalError as e:
             what = {"finish": "finished", "shutdown": "released", "snooze": "handed back",
                     "fail": "failed", "fatal": "failed"}[how]
@@ -361,6 +370,12 @@ def run(url: str, args: argparse.Namespace) -> int:
     if args.grace < 0:
         print("skiplock worker: --grace must not be negative", file=sys.stderr)
         return 2
+    # --stage a --stage b, or --stage a,b: several stages, taken with take_next(stages[]), as a prefix 'x*' is.
+    args.stages = list(dict.fromkeys(s.strip() for given in args.stage for s in given.split(",") if s.strip()))
+    if not args.stages:
+        print("skiplock worker: give a stage, e.g. --stage resize", file=sys.stderr)
+        return 2
+    args.stage = ",".join(args.stages)
     sh = Shared(args, url, argv)
     try:  # fail fast on a wrong URL or a database without skiplock
         with connect.connect(url) as conn:

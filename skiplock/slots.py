@@ -82,7 +82,9 @@ class Slot(threading.Thread, Generic[S]):
 
     def listen(self, conn: psycopg.Connection) -> None:
         """LISTEN on the stage's channel where the connection keeps a session (skiplock/connect.py)."""
-        self.listening = connect.listen(conn, channel(self.shared.args.stage))
+        stages = getattr(self.shared.args, "stages", None) or [self.shared.args.stage]
+        # Each stage named (a prefix's stages are found at the poll): an enqueue into any wakes it.
+        self.listening = all([connect.listen(conn, channel(s)) for s in dict.fromkeys(stages) if not s.endswith("*")])
 
     def connect(self) -> psycopg.Connection:
         """A new connection that LISTENs; waits for the database unless we are stopping."""

@@ -1,8 +1,8 @@
 -- _raise_bad_argument(caller, argument, given, given2): raises the error for a bad argument that
 -- several worker-API functions share, each error written once: 'id, lease' (22004, either NULL),
 -- 'id' and 'fatal' (22004, NULL), 'retry_in' (22023, negative), 'worker' (22023, over 200
--- characters), 'batch' (22023, out of 1..10000), 'limits' (0A000, the stage has max_running or
--- group_limit). given and given2 are the values as text, for the DETAIL (limits: the stage).
+-- characters), 'batch' (22023, out of 1..10000), 'limits' (0A000, the stage has max_running,
+-- group_limit or rate_limit). given and given2 are the values as text, for the DETAIL (limits: the stage).
 -- Callers test the condition inline and call this only when it fails: the hot path pays nothing.
 -- Raises always; reads and writes nothing.
 CREATE OR REPLACE FUNCTION queue._raise_bad_argument(caller text, argument text, given text DEFAULT NULL,
@@ -45,7 +45,7 @@ BEGIN
     WHEN 'limits' THEN
         RAISE EXCEPTION 'stage % has concurrency limits', pg_catalog.quote_literal(given)
             USING ERRCODE = '0A000',
-                  DETAIL = 'max_running and group_limit count running tasks; '
+                  DETAIL = 'max_running and group_limit count running tasks, rate_limit counts takes under the stage''s lock; '
                            || CASE caller WHEN 'consume' THEN 'consume records tasks as done without running them.'
                                           ELSE 'a task taken with take_locked stays ''ready''.' END,
                   HINT = 'Take from this stage with take_next, or lift its limits with configure_stage.';

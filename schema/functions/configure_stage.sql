@@ -3,7 +3,10 @@
 -- defaults of every stage without a row. Returns the stage's settings row.
 --   max_running  at most this many tasks of the stage run at once (0 removes the cap);
 --   group_limit  at most this many tasks of one group_key run at once (0 removes the cap);
---   paused       true: takes hand out nothing of the stage until it is set false again.
+--   paused       true: takes hand out nothing of the stage until it is set false again;
+--   rate_limit   at most this many takes per rate_window (default 1 s; 0 removes it), of each
+--                group_key with rate_per_group; rate_burst: at most so many per its share of a window;
+--   weight       tasks a multi-stage take serves from the stage in its turn (1 to 1000).
 -- A new limit applies to the takes that start after this call commits; tasks already running are
 -- not stopped (a lowered cap holds again once enough of them end). Resuming a stage or changing a
 -- cap sends its NOTIFY (unless the stage turned notify off), waking its workers.
@@ -20,7 +23,12 @@ CREATE OR REPLACE FUNCTION queue.configure_stage(
         notify         boolean  DEFAULT NULL,
         max_running    integer  DEFAULT NULL,
         group_limit    integer  DEFAULT NULL,
-        paused         boolean  DEFAULT NULL)
+        paused         boolean  DEFAULT NULL,
+        rate_limit     integer  DEFAULT NULL,
+        rate_window    interval DEFAULT NULL,
+        rate_burst     integer  DEFAULT NULL,
+        rate_per_group boolean  DEFAULT NULL,
+        weight         integer  DEFAULT NULL)
     RETURNS queue.stage_settings
     LANGUAGE plpgsql
     VOLATILE
@@ -39,6 +47,13 @@ BEGIN
             USING ERRCODE = '22023',
                   DETAIL = pg_catalog.format('max_running is %s.', configure_stage.max_running),
                   HINT = 'Give the most tasks of the stage that may run at once (1 or more), 0 to remove the cap, or NULL to keep it.';
+    END IF;
+    IF configure_stage.rate_limit < 0 OR configure_stage.rate_burst < 0 THEN
+        RAISE EXCEPTION 'invalid rate limit'
+            USING ERRCODE = '22023',
+                  DETAIL = pg_catalog.format('rate_limit is %s, rate_burst %s.', coalesce(configure_stage.rate_limit::text, 'unchanged'),
+                                             coalesce(configure_stage.rate_burst::text, 'unchanged')),
+                  HINT = 'Give the most tasks taken per rate_window (1 or more) and at most that many as rate_burst, 0 to remove either, or NULL to keep it.';
     END IF;
     IF configure_stage.group_limit < 0 THEN
         RAISE EXCEPTION 'invalid group_limit'
@@ -78,6 +93,15 @@ BEGIN
                group_limit    = CASE WHEN configure_stage.group_limit IS NULL THEN s.group_limit
                                      ELSE NULLIF(configure_stage.group_limit, 0) END,
                paused         = coalesce(configure_stage.paused, s.paused),
+               rate_limit     = CASE WHEN configure_stage.rate_limit IS NULL THEN s.rate_limit
+                                     ELSE NULLIF(configure_stage.rate_limit, 0) END,
+               rate_window    = coalesce(configure_stage.rate_window, s.rate_window),
+               -- No limit, no burst: a burst left over would refuse the next, lower limit.
+               rate_burst     = CASE WHEN configure_stage.rate_limit = 0 THEN NULL
+                                     WHEN configure_stage.rate_burst IS NULL THEN s.rate_burst
+                                     ELSE NULLIF(configure_stage.rate_burst, 0) END,
+               rate_per_group = coalesce(configure_stage.rate_per_group, s.rate_per_group),
+               weight         = coalesce(configure_stage.weight, s.weight),
                updated        = pg_catalog.now()
          WHERE s.stage = configure_stage.stage
         RETURNING s.* INTO v_row;
@@ -85,13 +109,14 @@ BEGIN
         RAISE EXCEPTION 'invalid stage setting'
             USING ERRCODE = '22023',
                   DETAIL = SQLERRM,
-                  HINT = 'lease_duration > 0 (at most 100 years), max_attempts >= 1, backoff ''linear'' or ''exponential'', delays >= 0, jitter between 0 and 1.';
+                  HINT = 'lease_duration > 0 (at most 100 years), max_attempts >= 1, backoff ''linear'' or ''exponential'', delays >= 0, jitter between 0 and 1, '
+                         || 'rate_window 1 ms to 31 days without months, rate_burst at most rate_limit, weight 1 to 1000.';
     END;
     -- Resuming a stage or changing a cap can make tasks takeable at once: wake the workers that
     -- wait on it (for '*', on any stage that has had one). Whatever their mark's age: a take
     -- from a paused stage, or one at its cap, returns without renewing it. One NOTIFY a call.
     IF configure_stage.paused IS FALSE OR configure_stage.max_running IS NOT NULL
-       OR configure_stage.group_limit IS NOT NULL THEN
+       OR configure_stage.group_limit IS NOT NULL OR configure_stage.rate_limit IS NOT NULL THEN
         FOR v_waiting IN SELECT w.stage FROM queue.stage_waiters w WHERE configure_stage.stage = '*'
                          UNION
                          SELECT configure_stage.stage WHERE configure_stage.stage <> '*' LOOP
@@ -103,6 +128,6 @@ BEGIN
     RETURN v_row;
 END
 $$;
-COMMENT ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean) IS 'Sets a stage''s policy (NULL keeps a value; ''*'' sets the defaults): lease, retries, wake-ups, max_running and group_limit (0 removes a cap), paused. Raises 22023 for an invalid value. Writes queue.stage_settings.';
-REVOKE ALL ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean) TO skiplock_admin;
+COMMENT ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer) IS 'Sets a stage''s policy (NULL keeps a value; ''*'' sets the defaults): lease, retries, wake-ups, max_running, group_limit and rate_limit (0 removes a cap), paused, weight. Raises 22023 for an invalid value. Writes queue.stage_settings.';
+REVOKE ALL ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer) TO skiplock_admin;

@@ -5,7 +5,7 @@
 -- attempt not counted. Returns the tasks with the attempt they ran as.
 -- Periodic tasks (repeat) and SQL tasks (enqueue_sql) are left to take_next and run_sql_tasks.
 -- A paused stage returns nothing; a restricted one raises 42501 unless the caller may take; a
--- stage with max_running or group_limit raises 0A000 (consumed tasks never run, so they cannot
+-- stage with max_running, group_limit or rate_limit raises 0A000 (consumed tasks never run, so they cannot
 -- count). Finding nothing due, it marks the stage as waited on, as take_next.
 -- Locks the claimed rows; deletes them from queue.live_tasks, inserts them into queue.history.
 CREATE OR REPLACE FUNCTION queue.consume(
@@ -37,7 +37,7 @@ BEGIN
     IF v_settings.restricted THEN
         PERFORM queue._check_access(consume.stage, 'take');
     END IF;
-    IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL THEN
+    IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL OR v_settings.rate_limit IS NOT NULL THEN
         PERFORM queue._raise_bad_argument('consume', 'limits', consume.stage);
     END IF;
     IF v_settings.paused THEN
@@ -80,3 +80,25 @@ $$;
 COMMENT ON FUNCTION queue.consume(text, integer) IS 'Takes up to batch due tasks of a stage (take_next''s order, SKIP LOCKED), moves them to queue.history as done in one statement, in the caller''s transaction: a rollback gives them back. For work done in that transaction. Skips periodic and SQL tasks.';
 REVOKE ALL ON FUNCTION queue.consume(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.consume(text, integer) TO skiplock_worker, skiplock_admin;
+
+-- consume(stages, batch): consume from several stages, fairly: up to `batch` due tasks recorded as
+-- done in the caller's transaction, each with the stage it came from, served as take_next(stages)
+-- serves them (names and 'prefix*', round robin by weight from the session's last turn). A stage
+-- found by a prefix is skipped when the caller may not take from it or it has limits; one named
+-- outright raises as consume(stage) does. Raises 22004/22023 for bad stages or batch, 0A000 on
+-- Citus, and what consume raises. Locks and writes what consume does.
+CREATE OR REPLACE FUNCTION queue.consume(
+        stages text[],
+        batch  integer DEFAULT 100)
+    RETURNS TABLE (stage text, id bigint, payload jsonb, attempt integer, priority integer, key text)
+    LANGUAGE sql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT t.stage, t.id, t.payload, t.attempt, t.priority, t.key
+      FROM queue._take_turns('consume', consume.stages, consume.batch, NULL, NULL) t
+$$;
+COMMENT ON FUNCTION queue.consume(text[], integer) IS 'Consumes up to batch due tasks from several stages (names, or prefixes such as ''tenant.*''), round robin by stage weight; each row names its stage. Prefix stages that are limited or not granted are skipped. 0A000 on Citus.';
+REVOKE ALL ON FUNCTION queue.consume(text[], integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.consume(text[], integer) TO skiplock_worker, skiplock_admin;

@@ -2,14 +2,16 @@
 -- tasks (ready, or error with a due retry) in order of priority (lower first), run_at, id, FOR
 -- UPDATE SKIP LOCKED, so concurrent callers get disjoint tasks and never wait on each other. Each
 -- starts a new attempt with a fresh lease token, valid for lease_for or the stage's lease_duration.
--- In a stage with max_running or group_limit, takers are serialised by a transaction-level advisory
--- lock on the stage, so that counting and claiming are one step (take in short transactions, READ
--- COMMITTED). A session starts its claim where its last one in the stage ended (setting
--- skiplock.claim_hint): exact across priorities; within one, a task landing behind is taken within
--- 5 s. Skips SQL tasks; a paused stage hands out nothing. Finding nothing due, it marks the stage as
--- waited on (stage_waiters), which turns on enqueue's NOTIFY for a minute.
+-- In a stage with max_running, group_limit or rate_limit, takers are serialised by a
+-- transaction-level advisory lock on the stage, so that counting (running tasks, or the takes in
+-- queue.rate_windows) and claiming are one step (take in short transactions, READ COMMITTED).
+-- A session starts its claim where its last one in the stage ended (setting skiplock.claim_hint):
+-- exact across priorities; within one, a task landing behind is taken within 5 s. Skips SQL
+-- tasks; a paused stage hands out nothing. Finding nothing due, it marks the stage as waited on
+-- (stage_waiters), which turns on enqueue's NOTIFY for a minute.
 -- Raises 22004/22023 for a bad stage, batch, lease_for or worker, 42501 for a restricted stage.
--- Locks the claimed rows (and the stage's advisory lock); writes queue.live_tasks.
+-- Locks the claimed rows (and the stage's advisory lock); writes queue.live_tasks (and
+-- queue.rate_windows).
 CREATE OR REPLACE FUNCTION queue.take_next(
         stage     text     DEFAULT 'default',
         batch     integer  DEFAULT 1,
@@ -70,9 +72,20 @@ BEGIN
     END IF;
     v_lease := coalesce(v_lease, v_settings.lease_duration);
 
-    IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL THEN
+    IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL OR v_settings.rate_limit IS NOT NULL THEN
         -- After the lock, each statement sees every take and finish its holders committed.
         PERFORM pg_catalog.pg_advisory_xact_lock(1936419947, pg_catalog.hashtext(take_next.stage));
+        IF v_settings.rate_limit IS NOT NULL THEN
+            -- Read after the lock, the clock orders the stage's takes: each counts in a window no
+            -- earlier than the last one counted (started, in history, is this time).
+            v_now := pg_catalog.clock_timestamp();
+            IF NOT v_settings.rate_per_group THEN
+                take_next.batch := least(take_next.batch, queue._rate_left(take_next.stage, '', v_now, v_settings));
+                IF take_next.batch < 1 THEN
+                    RETURN;  -- the window is used up: a poll in the next one takes again
+                END IF;
+            END IF;
+        END IF;
         IF v_settings.max_running IS NOT NULL THEN
             SELECT pg_catalog.count(*)::integer INTO v_running
               FROM queue.live_tasks r
@@ -83,7 +96,8 @@ BEGIN
                 RETURN;
             END IF;
         END IF;
-        IF v_settings.group_limit IS NOT NULL THEN
+        -- The claim that counts what it takes in the rate window, group by group or for the stage.
+        IF v_settings.group_limit IS NOT NULL OR v_settings.rate_limit IS NOT NULL THEN
             RETURN QUERY
             SELECT g.id, g.payload, g.attempt, g.lease, g.lease_expires, g.priority, g.key
               FROM queue._take_grouped(take_next.stage, take_next.batch, v_settings.group_limit,
@@ -201,3 +215,30 @@ $$;
 COMMENT ON FUNCTION queue.take_next(text, integer, interval, text) IS 'Claims up to batch due tasks of a stage (priority, run_at, id; SKIP LOCKED, never waits), each with a new attempt and lease token. Starts where the session''s last claim ended. A stage with limits serialises its takers. 42501 for restricted stages.';
 REVOKE ALL ON FUNCTION queue.take_next(text, integer, interval, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.take_next(text, integer, interval, text) TO skiplock_worker, skiplock_admin;
+
+-- take_next(stages, batch, lease_for, worker): take_next from several stages, fairly: up to `batch`
+-- due tasks, each with the stage it came from. stages holds names and prefixes ending in '*'
+-- ('tenant.*'); the stages are served in a round robin that goes on from this session's last turn,
+-- each turn taking up to the stage's weight (stage_settings.weight) tasks, so that one stage's
+-- backlog never starves another. A stage found by a prefix that the caller may not take from is
+-- skipped; one named outright raises as take_next(stage) does. Each stage's take is take_next's
+-- (order, leases, limits, pause, marks as waited on). Raises 22004/22023 for bad stages or batch,
+-- 0A000 on Citus, and what take_next raises. Locks and writes what take_next does.
+CREATE OR REPLACE FUNCTION queue.take_next(
+        stages    text[],
+        batch     integer  DEFAULT 1,
+        lease_for interval DEFAULT NULL,
+        worker    text     DEFAULT NULL)
+    RETURNS TABLE (stage text, id bigint, payload jsonb, attempt integer, lease uuid, lease_expires timestamptz,
+                   priority integer, key text)
+    LANGUAGE sql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT t.stage, t.id, t.payload, t.attempt, t.lease, t.lease_expires, t.priority, t.key
+      FROM queue._take_turns('next', take_next.stages, take_next.batch, take_next.lease_for, take_next.worker) t
+$$;
+COMMENT ON FUNCTION queue.take_next(text[], integer, interval, text) IS 'Claims up to batch due tasks from several stages (names, or prefixes such as ''tenant.*''), round robin by stage weight from the session''s last turn; each row names its stage. Prefix stages the caller may not take are skipped. 0A000 on Citus.';
+REVOKE ALL ON FUNCTION queue.take_next(text[], integer, interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.take_next(text[], integer, interval, text) TO skiplock_worker, skiplock_admin;

@@ -20,7 +20,17 @@ CREATE TABLE queue.stage_settings (
     group_limit     integer
                                 CONSTRAINT stage_settings_group_limit_positive CHECK (group_limit >= 1),
     paused          boolean     NOT NULL DEFAULT false,
-    restricted      boolean     NOT NULL DEFAULT false
+    restricted      boolean     NOT NULL DEFAULT false,
+    rate_limit      integer
+                                CONSTRAINT stage_settings_rate_limit_positive CHECK (rate_limit >= 1),
+    rate_window     interval    NOT NULL DEFAULT interval '1 second'
+                                CONSTRAINT stage_settings_rate_window_range CHECK (rate_window >= interval '1 millisecond' AND rate_window <= interval '31 days'
+                                                                                  AND EXTRACT(month FROM rate_window) = 0),
+    rate_burst      integer
+                                CONSTRAINT stage_settings_rate_burst_range CHECK (rate_burst >= 1 AND rate_burst <= rate_limit),
+    rate_per_group  boolean     NOT NULL DEFAULT false,
+    weight          integer     NOT NULL DEFAULT 1
+                                CONSTRAINT stage_settings_weight_range CHECK (weight BETWEEN 1 AND 1000)
 );
 
 -- The row for stage '*' holds the defaults of every stage that has no row of its own.
@@ -39,4 +49,9 @@ COMMENT ON COLUMN queue.stage_settings.updated IS 'When this row was last change
 COMMENT ON COLUMN queue.stage_settings.max_running IS 'At most this many tasks of the stage run at once; take_next hands out no more. NULL: no cap. A capped stage serialises its takers (see take_next).';
 COMMENT ON COLUMN queue.stage_settings.group_limit IS 'At most this many tasks of one group_key run at once in the stage (1: one at a time per group, in claim order); tasks without a group_key are not counted. NULL: no cap.';
 COMMENT ON COLUMN queue.stage_settings.paused IS 'While true, take_next hands out no task of the stage (enqueue, finish, fail and reap_hung go on): a pause that holds whatever workers do.';
+COMMENT ON COLUMN queue.stage_settings.rate_limit IS 'At most this many tasks of the stage (of each group_key, with rate_per_group) are taken per rate_window; windows start at multiples of rate_window since the Unix epoch. NULL: no limit. A limited stage serialises its takers.';
+COMMENT ON COLUMN queue.stage_settings.rate_window IS 'The window of rate_limit (1 ms to 31 days): interval ''1 second'', ''1 minute'', ''1 hour''.';
+COMMENT ON COLUMN queue.stage_settings.rate_burst IS 'At most this many of a window''s rate_limit tasks in each part of rate_window * rate_burst / rate_limit, spreading them over the window. NULL: rate_limit (the whole window''s share at once).';
+COMMENT ON COLUMN queue.stage_settings.rate_per_group IS 'Whether rate_limit applies to each group_key on its own (tasks without a group_key are not limited) rather than to the whole stage.';
+COMMENT ON COLUMN queue.stage_settings.weight IS 'A multi-stage take (take_next(stages[]), take_locked, consume) serves this many tasks of the stage in its turn of the round robin (1 to 1000).';
 COMMENT ON COLUMN queue.stage_settings.restricted IS 'Whether queue.stage_access has rows for the stage (kept by grant_stage and revoke_stage): only then do enqueue and take_next look up the caller''s rights, so open stages pay nothing. grant_stage never sets it on ''*''.';

@@ -30,7 +30,12 @@ SELECT st.stage,
                   WHERE a.stage = st.stage AND a.may_enqueue), '{}') AS enqueue_roles,
        coalesce((SELECT pg_catalog.array_agg(a.role ORDER BY a.role::text) FROM queue.stage_access a
                   WHERE a.stage = st.stage AND a.may_take), '{}') AS take_roles,
-       own.updated
+       own.updated,
+       coalesce(own.rate_limit, CASE WHEN own.stage IS NULL THEN d.rate_limit END) AS rate_limit,
+       coalesce(own.rate_window, d.rate_window) AS rate_window,
+       coalesce(own.rate_burst, CASE WHEN own.stage IS NULL THEN d.rate_burst END) AS rate_burst,
+       coalesce(own.rate_per_group, d.rate_per_group) AS rate_per_group,
+       coalesce(own.weight, d.weight) AS weight
   FROM stages st
   LEFT JOIN queue.stage_settings own ON own.stage = st.stage
   LEFT JOIN queue.stage_settings d ON d.stage = '*';
@@ -51,5 +56,10 @@ COMMENT ON COLUMN queue.stage_config.restricted IS 'Whether only the roles liste
 COMMENT ON COLUMN queue.stage_config.enqueue_roles IS 'Restricted stage: the roles whose members may enqueue into it (grant_stage); empty otherwise.';
 COMMENT ON COLUMN queue.stage_config.take_roles IS 'Restricted stage: the roles whose members may take from it (grant_stage); empty otherwise.';
 COMMENT ON COLUMN queue.stage_config.updated IS 'When the stage''s own row was last changed; NULL when inherited.';
+COMMENT ON COLUMN queue.stage_config.rate_limit IS 'At most this many tasks taken per rate_window (for each group_key with rate_per_group); NULL: no limit.';
+COMMENT ON COLUMN queue.stage_config.rate_window IS 'The window of rate_limit; windows start at multiples of it since the Unix epoch.';
+COMMENT ON COLUMN queue.stage_config.rate_burst IS 'At most this many per rate_window * rate_burst / rate_limit; NULL: the whole rate_limit at once.';
+COMMENT ON COLUMN queue.stage_config.rate_per_group IS 'Whether rate_limit applies to each group_key rather than to the stage.';
+COMMENT ON COLUMN queue.stage_config.weight IS 'Tasks a multi-stage take serves from the stage in its turn.';
 REVOKE ALL ON queue.stage_config FROM PUBLIC;
 GRANT SELECT ON queue.stage_config TO skiplock_monitor, skiplock_admin;

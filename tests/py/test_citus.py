@@ -76,11 +76,12 @@ def test_migrations_run_up_down_up_on_a_coordinator_and_distribute_is_idempotent
         kinds = dict(conn.execute(
             "SELECT logicalrelid::text, partmethod::text FROM pg_dist_partition"
             " WHERE logicalrelid::text IN ('queue.live_tasks', 'queue.history', 'queue.stage_waiters',"
-            " 'queue.stage_settings', 'queue.fence_key')").fetchall())
+            " 'queue.rate_windows', 'queue.stage_settings', 'queue.fence_key')").fetchall())
         assert kinds == {"queue.live_tasks": "h", "queue.history": "h", "queue.stage_waiters": "h",
-                         "queue.stage_settings": "n", "queue.fence_key": "n"}
+                         "queue.rate_windows": "h", "queue.stage_settings": "n", "queue.fence_key": "n"}
         groups = conn.execute("SELECT count(DISTINCT colocationid) FROM pg_dist_partition"
-                              " WHERE logicalrelid::text IN ('queue.live_tasks', 'queue.history', 'queue.stage_waiters')").fetchone()
+                              " WHERE logicalrelid::text IN ('queue.live_tasks', 'queue.history', 'queue.stage_waiters',"
+                              " 'queue.rate_windows')").fetchone()
         assert groups == (1,)
     # A deployment's path: the last revision down and up again on the distributed database (as an
     # upgrade to it would run), then distribute again, as after every upgrade.
@@ -233,6 +234,18 @@ def test_a_null_stage_never_reaches_a_delegated_call(url: str) -> None:
         assert lost.value.sqlstate == "SK001"
         assert conn.execute("SELECT queue.finish(%s, %s, stage => 'null.guard')", (tid, lease)).fetchone() == (True,)
         assert watcher.execute("SELECT pg_postmaster_start_time()").fetchone() == started
+
+
+def test_multi_stage_takes_refuse_in_one_line_on_citus(url: str) -> None:
+    """take_next, take_locked and consume with stages[] would cross shards: 0A000, saying so."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        for call in ("SELECT * FROM queue.take_next(ARRAY['multi.a', 'multi.b'])",
+                     "SELECT * FROM queue.take_locked(ARRAY['multi.*'])",
+                     "SELECT * FROM queue.consume(ARRAY['multi.a'])"):
+            with pytest.raises(psycopg.Error) as refused:
+                conn.execute(call)
+            assert refused.value.sqlstate == "0A000"
+            assert refused.value.diag.message_primary == "multi-stage takes are not supported on Citus"
 
 
 def test_max_running_holds_for_takes_inside_and_outside_transactions(url: str) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -92,6 +92,9 @@ HOSTILE: dict[str, dict[str, Any]] = {
                                       "just under 1 MiB", "1 MB string")],
         "100,001 payloads": ["{}"] * 100_001,
     },
+    "text[]": {"NULL": None, "empty": [], "NULL element": [None],
+               "hostile names": [v for v in HOSTILE_TEXT.values() if isinstance(v, str)],
+               "star alone": ["*"], "1,001 stages": ["h.stage"] * 1_001},
     "integer": {"NULL": None, "min": -2**31, "max": 2**31 - 1, "zero": 0, "minus one": -1},
     "bigint": {"NULL": None, "minus one": -1, "zero": 0, "max": 2**63 - 1},
     "bigint[]": {"NULL": None, "empty": [], "NULL element": [None], "extremes": [-1, 0, 2**63 - 1],
@@ -113,7 +116,7 @@ HOSTILE: dict[str, dict[str, Any]] = {
 # Filled in per run: "id" and "lease" are the baseline running task's; cancel/retry/set_priority
 # get the ready task's id.
 BASELINE: dict[str, Any] = {
-    "stage": "h.stage", "payload": "{}", "payloads": ["{}"], "request": "SELECT 1", "pid": 1, "error": "boom", "next_stage": "h.next",
+    "stage": "h.stage", "stages": ["h.stage"], "payload": "{}", "payloads": ["{}"], "request": "SELECT 1", "pid": 1, "error": "boom", "next_stage": "h.next",
     "name": "h.schedule", "cron": "*/5 * * * *", "priority": 0, "role": "skiplock_worker", "now": "2030-01-01 00:00:00+00",
 }
 # Functions without arguments: nothing hostile to give, but each is still called once.
@@ -136,7 +139,7 @@ def documented_sqlstates(functions: dict[str, list[tuple[str, str]]]) -> dict[st
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         code, raised_by = cells[0].strip("`"), cells[2]
         for fn, args in functions.items():
-            named = re.search(rf"`{re.escape(fn)}\b", raised_by) is not None
+            named = re.search(rf"`{re.escape(fn.removesuffix('[]'))}\b", raised_by) is not None
             every = raised_by.strip().lower() == "all"
             lease = "lease" in raised_by.lower() and any(t in ("uuid", "uuid[]") for _, t in args)
             if named or every or lease:
@@ -163,10 +166,13 @@ def public_functions(conn: psycopg.Connection) -> dict[str, list[tuple[str, str]
          WHERE p.pronamespace = 'queue'::regnamespace AND p.proname !~ '^_' AND p.prokind = 'f'
          ORDER BY 1""").fetchall()
     functions: dict[str, list[tuple[str, str]]] = {}
+    overloaded = {name for name, n in Counter(r[0] for r in rows).items() if n > 1}
     for name, nargs, ndefaults, argnames, argtypes in rows:
-        assert name not in functions, f"overloaded public function {name}: extend this test"
-        functions[name] = [(argnames[i], argtypes[i]) for i in range(nargs)]
-        functions[name + "/required"] = functions[name][:nargs - ndefaults]  # type: ignore[assignment]
+        # An overload whose first argument is an array (take_next(stages text[]), …) is "name[]".
+        key = name + "[]" if name in overloaded and argtypes and argtypes[0].endswith("[]") else name
+        assert key not in functions, f"overloaded public function {name}: extend this test"
+        functions[key] = [(argnames[i], argtypes[i]) for i in range(nargs)]
+        functions[key + "/required"] = functions[key][:nargs - ndefaults]  # type: ignore[assignment]
     return functions
 
 
@@ -209,7 +215,7 @@ class Baseline:
 def call(conn: psycopg.Connection, fn: str, args: dict[str, tuple[str, Any]]) -> tuple[str, Any]:
     """Call queue.fn with named arguments {name: (type, value)}: ('ok', None) or ('error', exc)."""
     sql = "SELECT * FROM queue.{}({})".format(
-        fn, ", ".join(f'"{name}" => %s::{typ}' for name, (typ, _) in args.items()))
+        fn.removesuffix("[]"), ", ".join(f'"{name}" => %s::{typ}' for name, (typ, _) in args.items()))
     try:
         conn.execute(sql, [v for _, v in args.values()]).fetchall()
         return "ok", None

@@ -16,8 +16,9 @@ SELECT set_eq(
         'queue.cancel_overdue_sql_tasks()',
         'queue.compact()',
         'queue.configure_history(interval,integer,interval,text,interval)',
-        'queue.configure_stage(text,interval,integer,text,interval,interval,real,boolean,integer,integer,boolean)',
+        'queue.configure_stage(text,interval,integer,text,interval,interval,real,boolean,integer,integer,boolean,integer,interval,integer,boolean,integer)',
         'queue.consume(text,integer)',
+        'queue.consume(text[],integer)',
         'queue.distribute()',
         'queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text,interval,boolean,text)',
         'queue.enqueue_batch(jsonb[],text,integer,timestamp with time zone,text)',
@@ -42,7 +43,9 @@ SELECT set_eq(
         'queue.set_priority(bigint,integer,text)',
         'queue.stop_sql_executor(integer)',
         'queue.take_locked(text,integer)',
+        'queue.take_locked(text[],integer)',
         'queue.take_next(text,integer,interval,text)',
+        'queue.take_next(text[],integer,interval,text)',
         'queue.unschedule(text)'
     ],
     'the public functions of schema queue are exactly the documented API, with these signatures'
@@ -219,6 +222,7 @@ SELECT set_eq(
        WHERE p.pronamespace = 'queue'::regnamespace AND p.proname !~ '^_'
          AND pg_catalog.has_function_privilege('skiplock_worker', p.oid, 'EXECUTE')$$,
     ARRAY['queue.take_next(text,integer,interval,text)',
+          'queue.take_next(text[],integer,interval,text)',
           'queue.heartbeat(bigint,uuid,interval,text)',
           'queue.finish(bigint,uuid,text,text)',
           'queue.finish_batch(bigint[],uuid[],text)',
@@ -226,9 +230,11 @@ SELECT set_eq(
           'queue.release(bigint,uuid,interval,text)',
           'queue.finish_and_take(bigint,uuid,text,integer,interval,text)',
           'queue.take_locked(text,integer)',
+          'queue.take_locked(text[],integer)',
           'queue.finish_locked(bigint,text,text)',
           'queue.fail_locked(bigint,text,boolean,interval,text,text)',
-          'queue.consume(text,integer)'],
+          'queue.consume(text,integer)',
+          'queue.consume(text[],integer)'],
     'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail, release, finish_and_take, take_locked, finish_locked, fail_locked and consume and nothing else'
 );
 
@@ -247,8 +253,9 @@ SELECT set_eq(
        WHERE c.relnamespace = 'queue'::regnamespace
          AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
          AND pg_catalog.has_table_privilege('skiplock_monitor', c.oid, 'SELECT')$$,
-    ARRAY['queue.tasks', 'queue.stats', 'queue.errors', 'queue.hourly', 'queue.metrics', 'queue.stage_config', 'queue.schedules'],
-    'skiplock_monitor may read exactly the views queue.tasks, queue.stats, queue.errors, queue.hourly, queue.metrics, queue.stage_config and the table queue.schedules'
+    ARRAY['queue.tasks', 'queue.stats', 'queue.errors', 'queue.hourly', 'queue.metrics', 'queue.stage_config', 'queue.schedules',
+          'queue.rate_windows'],
+    'skiplock_monitor may read exactly the views queue.tasks, queue.stats, queue.errors, queue.hourly, queue.metrics, queue.stage_config and the tables queue.schedules and queue.rate_windows'
 );
 
 SELECT set_eq(
@@ -274,10 +281,10 @@ SELECT is_empty(
          AND c.relkind IN ('r', 'p')
          AND r.rolname IN ('skiplock_producer', 'skiplock_worker', 'skiplock_monitor', 'skiplock_admin')
          AND pg_catalog.has_table_privilege(r.oid, c.oid, v.priv)
-         -- The one exception: monitors and admins read the schedules table (it holds no task data).
-         AND NOT (c.oid = 'queue.schedules'::regclass AND v.priv = 'SELECT'
+         -- The exceptions: monitors and admins read the schedules and the rate windows (no task data).
+         AND NOT (c.oid IN ('queue.schedules'::regclass, 'queue.rate_windows'::regclass) AND v.priv = 'SELECT'
                   AND r.rolname IN ('skiplock_monitor', 'skiplock_admin'))$$,
-    'no application role may write a table of queue, nor read one but queue.schedules (listed: role, table, privilege)'
+    'no application role may write a table of queue, nor read one but queue.schedules and queue.rate_windows (listed: role, table, privilege)'
 );
 
 -- The privilege check in action: a worker reading the hot table is refused.

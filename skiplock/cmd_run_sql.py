@@ -262,9 +262,12 @@ def run(url: str, args: argparse.Namespace) -> int:
             # Membership first, on its own: looking the functions up needs USAGE on schema queue,
             # which only skiplock's roles have, so a login outside them would get "permission denied".
             role, current, installed, member = one(conn.execute(
-                "SELECT session_user::text, current_user::text, r.oid IS NOT NULL, "
-                "       pg_has_role(session_user, r.oid, 'MEMBER') "
-                "  FROM (SELECT) AS one LEFT JOIN pg_catalog.pg_roles r ON r.rolname = 'skiplock_sql'"))
+                # Qualified and exact-typed, as all SQL on this session (its search_path is the
+                # role's, which may hold a schema others create operators in).
+                "SELECT session_user::pg_catalog.text, current_user::pg_catalog.text, r.oid IS NOT NULL, "
+                "       pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER'::pg_catalog.text) "
+                "  FROM (SELECT) AS one LEFT JOIN pg_catalog.pg_roles r"
+                "    ON r.rolname OPERATOR(pg_catalog.=) 'skiplock_sql'::pg_catalog.name"))
             if current != role:
                 print(f"skiplock run-sql: the session is {role} acting as {current} (SET ROLE): connect as the role whose "
                       f"SQL tasks to run, e.g. with {current}'s own login (run_sql_tasks refuses SET ROLE)", file=sys.stderr)
@@ -276,8 +279,12 @@ def run(url: str, args: argparse.Namespace) -> int:
             if member:
                 try:
                     member = one(conn.execute(
-                        "SELECT has_function_privilege('queue.run_sql_tasks(text,integer,text,integer)'::regprocedure, 'EXECUTE') "
-                        "   AND has_function_privilege('queue.cancel_overdue_sql_tasks()'::regprocedure, 'EXECUTE')"
+                        "SELECT pg_catalog.has_function_privilege("
+                        "           'queue.run_sql_tasks(text,integer,text,integer)'::pg_catalog.regprocedure::pg_catalog.oid,"
+                        "           'EXECUTE'::pg_catalog.text) "
+                        "   AND pg_catalog.has_function_privilege("
+                        "           'queue.cancel_overdue_sql_tasks()'::pg_catalog.regprocedure::pg_catalog.oid,"
+                        "           'EXECUTE'::pg_catalog.text)"
                     ))[0]
                 except psycopg.errors.InsufficientPrivilege:
                     member = False

@@ -18,12 +18,28 @@ VERSIONS = Path(__file__).parent
 UPGRADE = [
     '0110_sql_security_qualified_executor_fence/bootstrap/server_version.sql',
     '0110_sql_security_qualified_executor_fence/bootstrap/roles.sql',
+    '0110_sql_security_qualified_executor_fence/functions/_fail_attempt.sql',
+    '0110_sql_security_qualified_executor_fence/functions/_held_entry.sql',
+    '0110_sql_security_qualified_executor_fence/functions/_rearm.sql',
+    '0110_sql_security_qualified_executor_fence/functions/_sql_record.sql',
+    '0110_sql_security_qualified_executor_fence/functions/enqueue.sql',
+    '0110_sql_security_qualified_executor_fence/functions/fail_locked.sql',
+    '0110_sql_security_qualified_executor_fence/functions/finish_locked.sql',
     '0110_sql_security_qualified_executor_fence/functions/run_sql_tasks.sql',
     '0110_sql_security_qualified_executor_fence/functions/stop_sql_executor.sql',
+    '0110_sql_security_qualified_executor_fence/functions/take_locked.sql',
 ]
 DOWNGRADE = [
+    '0106_fewer_functions_set_up_per_call_on_the/functions/take_locked.sql',
     '0100_baseline/functions/stop_sql_executor.sql',
     '0100_baseline/functions/run_sql_tasks.sql',
+    '0105_finish_without_a_check_on_history/functions/finish_locked.sql',
+    '0105_finish_without_a_check_on_history/functions/fail_locked.sql',
+    '0107_enqueue_reads_one_settings_probe_live/functions/enqueue.sql',
+    '0100_baseline/functions/_sql_record.sql',
+    '0101_shared_error_re_arm_and_fail_helpers_for/functions/_rearm.sql',
+    '0105_finish_without_a_check_on_history/functions/_held_entry.sql',
+    '0101_shared_error_re_arm_and_fail_helpers_for/functions/_fail_attempt.sql',
     '0100_baseline/bootstrap/roles.sql',
     '0100_baseline/bootstrap/server_version.sql',
 ]

@@ -151,10 +151,10 @@ BEGIN
         END IF;
         -- Re-run by the transaction that holds it (take_locked): no longer its to finish.
         v_held := pg_catalog.current_setting('skiplock.held', true);
+        -- (Its entry binds the attempt and run_at it replaced: struck out by its id.)
         IF pg_catalog.strpos(v_held, v_id || ':') > 0 THEN
-            PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held,
-                        queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(), v_id),
-                        ''), true);
+            PERFORM pg_catalog.set_config('skiplock.held',
+                        pg_catalog.regexp_replace(v_held, '(^|,)' || v_id || ':[0-9a-f]{32},', '\1'), true);
         END IF;
     END IF;
 

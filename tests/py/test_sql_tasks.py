@@ -9,6 +9,7 @@ at the end.
 
 from __future__ import annotations
 
+import datetime
 import os
 import signal
 import subprocess
@@ -1059,3 +1060,43 @@ def test_a_refused_stop_sql_executor_leaves_no_advisory_lock_behind(admin: psyco
             alice.execute("SELECT queue.stop_sql_executor(%s)", (bob.info.backend_pid,))
         assert advisory_locks(admin, alice.info.backend_pid) == [(1936419948, bob.info.backend_pid, 2)]
         alice.execute("SELECT pg_advisory_unlock(1936419948, %s)", (bob.info.backend_pid,))
+
+
+def test_enqueue_sql_never_adopts_a_task_a_producer_put_under_its_key_meanwhile(admin: psycopg.Connection,
+                                                                               alice: psycopg.Connection,
+                                                                               roles: Roles) -> None:
+    # Issue 54, item 3: a producer enqueued an ordinary task whose payload was what enqueue_sql
+    # would build (it was predictable) under the key, with repeat => 1 second, and committed while
+    # alice's enqueue_sql(…, key => K) waited on it: enqueue_sql adopted the row, and the one-off
+    # request ran every second as alice. Now the payload carries a random nonce: the producer's
+    # row, whatever it holds, is never alice's.
+    stage, request = "sec.takeover", "SELECT 'one-off'"
+    predicted = '{"sql": "SELECT \'one-off\'", "timeout": null, "keep_history": true}'
+    with psycopg.connect(roles.producer_url, autocommit=True) as producer:
+        producer.execute("BEGIN")
+        planted = producer.execute("SELECT queue.enqueue(%s::jsonb, %s, key => 'K', repeat => interval '1 second')",
+                                   (predicted, stage)).fetchone()[0]
+        outcome: dict[str, object] = {}
+
+        def alice_enqueues() -> None:
+            with psycopg.connect(roles.alice_url, autocommit=True) as c:
+                outcome["pid"] = c.info.backend_pid
+                try:
+                    outcome["id"] = enqueue_sql(c, request, stage=stage, key="K")
+                except psycopg.Error as e:
+                    outcome["error"] = e
+
+        waiter = threading.Thread(target=alice_enqueues, daemon=True)
+        waiter.start()
+        # alice's enqueue_sql waits on the producer's uncommitted row (its key's index entry).
+        wait_for(lambda: "pid" in outcome and admin.execute(
+            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (outcome["pid"],)).fetchone()[0]
+            or not waiter.is_alive(), timeout=90)
+        producer.execute("COMMIT")
+        waiter.join(90)
+        assert not waiter.is_alive()
+    assert isinstance(outcome.get("error"), psycopg.errors.InsufficientPrivilege), outcome
+    assert admin.execute("SELECT run_as::text, repeat FROM queue.live_tasks WHERE id = %s",
+                         (planted,)).fetchone() == (None, datetime.timedelta(seconds=1)), \
+        "the producer's task stays an ordinary task"
+    assert call(alice, stage) == 0, "alice's executor has nothing of hers to run"

@@ -36,10 +36,11 @@ INSERT INTO ids VALUES ('later', queue.enqueue_sql('SELECT 2', stage => 'reports
                                                      timeout => '30 seconds', priority => -3, keep_history => false));
 INSERT INTO ids VALUES ('periodic', queue.enqueue_sql('SELECT 3', stage => 'reports', repeat => '5 minutes', drift => false));
 RESET ROLE;
-SELECT results_eq($$SELECT t.stage, t.status::text, t.run_as::text, t.payload FROM queue.live_tasks t JOIN ids USING (id) WHERE ids.name = 'now'$$,
-                  $$VALUES ('sql', 'ready', 'skiplock_t_alice', '{"sql": "SELECT now()", "timeout": null, "keep_history": true}'::jsonb)$$,
-                  'enqueue_sql: stage ''sql'' by default, ready, run as the caller, the request in the payload');
-SELECT results_eq($$SELECT t.stage, t.priority, t.run_at > now(), t.payload FROM queue.live_tasks t JOIN ids USING (id) WHERE ids.name = 'later'$$,
+SELECT results_eq($$SELECT t.stage, t.status::text, t.run_as::text, t.payload - 'nonce', (t.payload ->> 'nonce')::uuid IS NOT NULL
+                      FROM queue.live_tasks t JOIN ids USING (id) WHERE ids.name = 'now'$$,
+                  $$VALUES ('sql', 'ready', 'skiplock_t_alice', '{"sql": "SELECT now()", "timeout": null, "keep_history": true}'::jsonb, true)$$,
+                  'enqueue_sql: stage ''sql'' by default, ready, run as the caller, the request in the payload with a random nonce');
+SELECT results_eq($$SELECT t.stage, t.priority, t.run_at > now(), t.payload - 'nonce' FROM queue.live_tasks t JOIN ids USING (id) WHERE ids.name = 'later'$$,
                   $$VALUES ('reports', -3, true, '{"sql": "SELECT 2", "timeout": "00:00:30", "keep_history": false}'::jsonb)$$,
                   'enqueue_sql keeps stage, priority, run_at, timeout and keep_history');
 SELECT results_eq($$SELECT t.repeat, t.drift FROM queue.live_tasks t JOIN ids USING (id) WHERE ids.name = 'periodic'$$,

@@ -30,15 +30,36 @@ BEGIN
     ELSIF pg_catalog.length(finish_locked.worker) > 200 THEN
         PERFORM queue._raise_bad_argument('finish_locked', 'worker', finish_locked.worker);
     END IF;
-    -- Held by this transaction now, as it took it (docs/decisions.md, the fence): the row is locked by this transaction (SKIP
-    -- LOCKED skips another's lock, not this transaction's own) and take_locked's signed entry,
-    -- which binds the attempt and run_at it took, is in the record. A replayed entry of a take a
-    -- rolled-back savepoint undid matches nothing another worker holds, nor a task another
-    -- transaction has failed, re-run or re-armed since.
+    -- Held by this transaction now, as it took it (docs/decisions.md, "The take_locked fence"):
+    -- the row is locked by this transaction (SKIP LOCKED skips another's lock, not this
+    -- transaction's own) and take_locked's signed entry, which binds the attempt and run_at it
+    -- took, is in the record. A replayed entry of a take that a rolled-back savepoint undid matches
+    -- nothing another worker holds, nor a task another transaction failed, re-ran or re-armed since.
+    -- A one-off task: found and locked, then deleted by its address, in one statement (as consume).
     SELECT k.key INTO v_key FROM queue.fence_key k;
+    WITH done AS (
+        DELETE FROM queue.live_tasks t
+         WHERE (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
+           AND t.ctid = (SELECT l.ctid
+                           FROM queue.live_tasks l
+                          WHERE l.id = finish_locked.id AND l.status IN ('ready', 'error') AND l.repeat IS NULL
+                            AND (finish_locked.stage IS NULL OR l.stage = finish_locked.stage)
+                            AND pg_catalog.strpos(v_held, queue._held_entry(
+                                    pg_catalog.concat(v_key, '/', l.attempt + 1, '/', EXTRACT(epoch FROM l.run_at)),
+                                    pg_catalog.pg_current_xact_id(), l.id)) > 0
+                            FOR UPDATE SKIP LOCKED)
+        RETURNING t.*
+    )
+    INSERT INTO queue.history
+    SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt + 1, finish_locked.worker, d.error_text, pg_catalog.now(), v_now)).*
+      FROM done d;
+    IF FOUND THEN
+        RETURN true;  -- deleted, it needs no strike-out: a later end finds no row
+    END IF;
+
     SELECT t.* INTO v_task
       FROM queue.live_tasks t
-     WHERE t.id = finish_locked.id AND t.status IN ('ready', 'error')
+     WHERE t.id = finish_locked.id AND t.status IN ('ready', 'error') AND t.repeat IS NOT NULL
        AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
        AND pg_catalog.strpos(v_held, queue._held_entry(pg_catalog.concat(v_key, '/', t.attempt + 1, '/', EXTRACT(epoch FROM t.run_at)),
                                                        pg_catalog.pg_current_xact_id(), t.id)) > 0
@@ -46,20 +67,6 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;  -- not taken here, another transaction's, ended, or changed since (a re-run)
     END IF;
-
-    IF v_task.repeat IS NULL THEN
-        -- Deleted, it needs no strike-out: a later end finds no row. History only for what was deleted.
-        WITH done AS (
-            DELETE FROM queue.live_tasks t
-             WHERE t.id = v_task.id AND t.stage = v_task.stage
-            RETURNING t.*
-        )
-        INSERT INTO queue.history
-        SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt + 1, finish_locked.worker, d.error_text, pg_catalog.now(), v_now)).*
-          FROM done d;
-        RETURN FOUND;
-    END IF;
-
     -- A periodic task: record this run, re-arm the same row for the next one, struck out of the record.
     v_entry := queue._held_entry(pg_catalog.concat(v_key, '/', v_task.attempt + 1, '/', EXTRACT(epoch FROM v_task.run_at)),
                                  pg_catalog.pg_current_xact_id(), v_task.id);

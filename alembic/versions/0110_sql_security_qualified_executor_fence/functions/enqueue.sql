@@ -40,6 +40,7 @@ BEGIN
     IF enqueue.stage IS NULL OR enqueue.stage IN ('', '*') OR pg_catalog.octet_length(enqueue.stage) > 54
        OR enqueue.payload IS NULL OR pg_catalog.jsonb_typeof(enqueue.payload) NOT IN ('object', 'array')
        OR pg_catalog.pg_column_size(enqueue.payload) > 1048576
+       OR pg_catalog.pg_column_compression(enqueue.payload) IS NOT NULL  -- from a column: measured uncompressed
        OR enqueue.priority IS NULL OR enqueue.mode IS NULL OR enqueue.mode NOT IN ('ignore', 'rerun')
        OR enqueue.drift IS NULL OR enqueue.key IS NOT NULL OR enqueue.repeat IS NOT NULL
        OR enqueue.group_key IS NOT NULL THEN
@@ -47,7 +48,8 @@ BEGIN
             PERFORM queue._check_stage(enqueue.stage);
         END IF;
         IF enqueue.payload IS NULL OR pg_catalog.jsonb_typeof(enqueue.payload) NOT IN ('object', 'array')
-           OR pg_catalog.pg_column_size(enqueue.payload) > 1048576 THEN
+           OR pg_catalog.pg_column_size(enqueue.payload) > 1048576
+           OR pg_catalog.pg_column_compression(enqueue.payload) IS NOT NULL THEN
             PERFORM queue._check_payload(enqueue.payload);
         END IF;
         IF enqueue.priority IS NULL THEN

@@ -1100,3 +1100,29 @@ def test_enqueue_sql_never_adopts_a_task_a_producer_put_under_its_key_meanwhile(
                          (planted,)).fetchone() == (None, datetime.timedelta(seconds=1)), \
         "the producer's task stays an ordinary task"
     assert call(alice, stage) == 0, "alice's executor has nothing of hers to run"
+
+
+def test_a_request_that_catches_the_cancel_cannot_outlive_its_timeout(admin: psycopg.Connection,
+                                                                      alice: psycopg.Connection, roles: Roles) -> None:
+    # Issue 54, item 5: a request catching query_canceled in a DO block ignored every cancel and
+    # ran on, recorded done. Now the watchdog terminates its executor's session 5 s after a cancel
+    # it ignored (rolling the request back) and records the attempt as timed out.
+    stage = "sec.timeout"
+    admin.execute("SELECT queue.configure_stage(%s, max_attempts => 1)", (stage,))
+    stubborn = enqueue_sql(alice, "DO $$BEGIN LOOP BEGIN PERFORM pg_catalog.pg_sleep(0.2); "
+                                  "EXCEPTION WHEN query_canceled THEN NULL; END; END LOOP; END$$",
+                           stage=stage, timeout="1 second")
+    executor = BackgroundCall(roles.alice_url, stage, 10)
+    started = time.monotonic()
+    with Watchdog(roles.alice_url) as watchdog:
+        executor.start()
+        with pytest.raises(psycopg.OperationalError):  # its session was terminated
+            executor.result(timeout=120)
+        took = time.monotonic() - started
+        wait_for(lambda: task(admin, stubborn)[0] != "running", timeout=90)
+    assert took < 60, took  # the timeout and the grace, not for ever
+    status, attempt, error, result, _ = task(admin, stubborn)
+    assert (status, attempt, result) == ("fatal", 1, None)
+    assert error.startswith("57014: canceling statement due to user request (timeout 00:00:01)"), error
+    assert "terminated" in error, error
+    assert sum(watchdog.cancels) >= 2, watchdog.cancels  # a cancel, then the terminate

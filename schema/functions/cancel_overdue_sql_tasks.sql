@@ -3,7 +3,7 @@
 -- failed with SQLSTATE 57014. statement_timeout covers a whole CALL, not each task in it, so the
 -- per-task timeout needs a second session: `skiplock run-sql` calls this twice a second; with
 -- pg_cron, schedule it every few seconds. A request may catch query_canceled and go on: one still
--- running 5 s after a cancel (_sql_hung) has its executor's session terminated, the last resort
+-- running 5 s on from a cancel (_sql_hung) has its executor's session terminated, the last resort
 -- (pg_terminate_backend, waiting up to 5 s for the session to end, which rolls the request back),
 -- and its attempt recorded as timed out (57014, _sql_timed_out). SECURITY INVOKER: it signals the
 -- executors' backends, which are the caller's own (executors log in as the role whose tasks they

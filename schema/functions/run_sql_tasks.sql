@@ -8,11 +8,9 @@
 -- with their SQLSTATE; a cancel past the timeout is 57014; a stop_sql_executor stop hands the task
 -- back (release) and returns. INOUT ran: how many it ran. SECURITY INVOKER (it commits): needs
 -- skiplock_sql; CALL it outside a transaction block. Raises 22023 for max_tasks < 1, 42501 under
--- SET ROLE. Locks each claimed row in turn; writes queue.live_tasks and queue.history.
--- A procedure that commits cannot pin search_path, and it runs on the caller's path: every
--- operator, function and type outside the request is schema-qualified and exact-typed
--- (OPERATOR(pg_catalog.=) with casts), so that nothing another role put on that path runs here
--- (tests/py/test_sql_tasks.py, shadowing operators).
+-- SET ROLE. Locks each claimed row in turn; writes queue.live_tasks and queue.history. It cannot
+-- pin search_path (it commits): every operator, function and type outside the request is qualified
+-- and exact-typed (OPERATOR(pg_catalog.=) with casts), so nothing on the caller's path runs here.
 CREATE OR REPLACE PROCEDURE queue.run_sql_tasks(
         stage     text    DEFAULT 'sql',
         max_tasks integer DEFAULT 100,

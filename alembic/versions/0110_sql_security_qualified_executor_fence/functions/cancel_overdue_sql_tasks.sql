@@ -37,6 +37,6 @@ BEGIN
     RETURN v_count;
 END
 $$;
-COMMENT ON FUNCTION queue.cancel_overdue_sql_tasks() IS 'The SQL tasks'' watchdog: cancels the statement of every running SQL task of the caller''s login role past its timeout (run_sql_tasks records 57014); one that ignores the cancel for 5 s has its session terminated and is recorded as timed out. Returns how many. Run it every few seconds, logged in as the executors are (SECURITY INVOKER).';
+COMMENT ON FUNCTION queue.cancel_overdue_sql_tasks() IS 'The SQL tasks'' watchdog: cancels the statement of each running SQL task of the caller''s login role past its timeout; 5 s on, terminates the session of one that ignored it (recorded 57014). Returns how many. SECURITY INVOKER.';
 REVOKE ALL ON FUNCTION queue.cancel_overdue_sql_tasks() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.cancel_overdue_sql_tasks() TO skiplock_sql;

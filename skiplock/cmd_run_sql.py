@@ -15,7 +15,8 @@ request may have run UNLISTEN *) and never prepares the CALL (it may have run DE
 PostgreSQL's statement_timeout covers a whole CALL, so a task's own timeout needs someone outside:
 one more connection (the same login) calls queue.cancel_overdue_sql_tasks() every
 --watchdog-interval seconds, which cancels the statements that ran past their timeout (recorded
-as 57014).
+as 57014) and, 5 s on, terminates the session of a request that ignored the cancel (the executor
+then reconnects; the task is recorded as timed out).
 
 SIGTERM or SIGINT: stop calling; running calls may end on their own within --grace; then the
 watchdog connection cancels (pg_cancel_backend) each call still running: run_sql_tasks hands the
@@ -209,7 +210,7 @@ class Watchdog(threading.Thread):
                         if n:
                             self.cancelled_overdue += n
                             if not a.quiet:
-                                sh.log(f"watchdog: cancelled {n} statement(s) past their timeout")
+                                sh.log(f"watchdog: cancelled (or terminated) {n} statement(s) past their timeout")
                     if sh.abort.is_set():
                         with sh.lock:
                             calls = list(sh.in_call.items())

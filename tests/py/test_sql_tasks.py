@@ -982,7 +982,7 @@ SHADOWED_FUNCTIONS = [("format", "text, text", "text"), ("to_regclass", "text", 
 
 
 def test_an_executor_runs_no_operator_or_function_another_role_put_on_its_search_path(
-        admin: psycopg.Connection, alice: psycopg.Connection, roles: Roles) -> None:
+        admin: psycopg.Connection, alice: psycopg.Connection, roles: Roles, tmp_path: Path) -> None:
     # Issue 54, item 1: run_sql_tasks compared attrelid = to_regclass(…) (oid = regclass) and
     # classid = 1936419948 (oid = int4); pg_catalog has no exact operator for these, so bob's, in
     # public (CREATE on it: PostgreSQL 14's default), won and ran with the executor's rights. Bob
@@ -1030,6 +1030,15 @@ def test_an_executor_runs_no_operator_or_function_another_role_put_on_its_search
             ])]
             assert call(ex, stage, 10) == len(tasks)
         assert [task(admin, t)[0] for t in tasks] == ["done", "done", "done", "fatal", "fatal", "fatal"]
+        # `skiplock run-sql` on the same path: its start-up checks, LISTEN, CALL and watchdog.
+        by_cli = enqueue_sql(alice, "SELECT 'cli' AS via", stage=stage)
+        proc = run_sql_cli(psycopg.conninfo.make_conninfo(roles.alice_url, options="-c search_path=public,pg_catalog"),
+                           "--stage", stage, "--poll", "1", log=tmp_path / "run-sql.log")
+        try:
+            wait_for(lambda: task(admin, by_cli)[0] == "done" or proc.poll() is not None, timeout=90)
+        finally:
+            rc, _ = stop(proc)
+        assert (rc, task(admin, by_cli)[0]) == (0, "done"), (tmp_path / "run-sql.log").read_text()
         ran = admin.execute(sql.SQL("SELECT who, what FROM public.{}").format(sql.Identifier(log))).fetchall()
         assert ran == [], ran
     finally:

@@ -25,14 +25,12 @@ BEGIN
                                  _fail_attempt.started, _fail_attempt.now);
             RETURN;
         END IF;
-        -- History only for a row this deleted (never two final rows for one run).
-        WITH gone AS (
-            DELETE FROM queue.live_tasks t WHERE t.id = task.id AND t.stage = task.stage RETURNING t.id
-        )
-        INSERT INTO queue.history
-        SELECT (queue._history_row(task, 'fatal', _fail_attempt.attempt, _fail_attempt.worker, v_error,
-                                   _fail_attempt.started, _fail_attempt.now)).*
-          FROM gone;
+        DELETE FROM queue.live_tasks t WHERE t.id = task.id AND t.stage = task.stage;
+        IF FOUND THEN  -- history only for a row this deleted (never two final rows for one run)
+            INSERT INTO queue.history
+            SELECT (queue._history_row(task, 'fatal', _fail_attempt.attempt, _fail_attempt.worker, v_error,
+                                       _fail_attempt.started, _fail_attempt.now)).*;
+        END IF;
         RETURN;
     END IF;
     v_next := _fail_attempt.now + coalesce(_fail_attempt.retry_in, queue._retry_delay(v_settings, _fail_attempt.attempt));

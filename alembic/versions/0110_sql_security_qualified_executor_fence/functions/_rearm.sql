@@ -14,19 +14,16 @@ DECLARE
     -- Apart from the UPDATE: Citus calls no STABLE function on a column there.
     v_next timestamptz := queue._next_slot(task.slot, task.repeat, task.drift, _rearm.finished);
 BEGIN
-    -- History only for a row this re-armed.
-    WITH rearmed AS (
-        UPDATE queue.live_tasks t
-           SET status = 'ready', attempt = 0, run_at = v_next, slot = v_next,
-               lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
-               error_text = NULL, updated = _rearm.finished
-         WHERE t.id = task.id AND t.stage = task.stage
-        RETURNING t.id
-    )
-    INSERT INTO queue.history
-    SELECT (queue._history_row(task, _rearm.status, _rearm.attempt, _rearm.worker, _rearm.error_text,
-                               _rearm.started, _rearm.finished)).*
-      FROM rearmed;
+    UPDATE queue.live_tasks t
+       SET status = 'ready', attempt = 0, run_at = v_next, slot = v_next,
+           lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
+           error_text = NULL, updated = _rearm.finished
+     WHERE t.id = task.id AND t.stage = task.stage;
+    IF FOUND THEN  -- history only for a row this re-armed
+        INSERT INTO queue.history
+        SELECT (queue._history_row(task, _rearm.status, _rearm.attempt, _rearm.worker, _rearm.error_text,
+                                   _rearm.started, _rearm.finished)).*;
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION queue._rearm(queue.live_tasks, queue.task_status, integer, text, text, timestamptz, timestamptz) IS 'Internal: records a periodic task''s run in queue.history and re-arms its row for the next slot.';

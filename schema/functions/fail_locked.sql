@@ -3,9 +3,9 @@
 -- retry_in or the stage's backoff; with fatal => true, or at max_attempts, it is 'fatal', moved to
 -- queue.history (a periodic task is recorded and re-armed). Roll back the worker's own writes first,
 -- to a savepoint taken after take_locked. As finish_locked: only a task this transaction took and
--- holds at this moment (row lock, and the signed entry in skiplock.held of the attempt and
--- run_at it took) ends. A task due again at once wakes the stage's waiting
--- workers when this transaction commits (_wake_waiters).
+-- holds at this moment (row lock, and the signed entry in skiplock.held of the attempt and run_at
+-- it took) ends. A task due again at once wakes the stage's waiting workers when this transaction
+-- commits (_wake_waiters).
 -- Returns true when this call ended the attempt; false, changing nothing, for any other task.
 -- Raises 22004 for a NULL id, 22023 for a negative retry_in or a long worker name. Locks the task's
 -- row (already locked by take_locked); writes queue.live_tasks, and queue.history when fatal.
@@ -45,8 +45,9 @@ BEGIN
       FROM queue.live_tasks t
      WHERE t.id = fail_locked.id AND t.status IN ('ready', 'error')
        AND (fail_locked.stage IS NULL OR t.stage = fail_locked.stage)
-       AND pg_catalog.strpos(v_held, queue._held_entry(pg_catalog.concat(v_key, '/', t.attempt + 1, '/', EXTRACT(epoch FROM t.run_at)),
-                                                       pg_catalog.pg_current_xact_id(), t.id)) > 0
+       AND pg_catalog.strpos(v_held, queue._held_entry(
+               pg_catalog.concat(v_key, '/', t.attempt + 1, '/', EXTRACT(epoch FROM t.run_at)),
+               pg_catalog.pg_current_xact_id(), t.id)) > 0
        FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN false;  -- not taken here, another transaction's, ended, changed since, or of another stage

@@ -61,8 +61,9 @@ BEGIN
       FROM queue.live_tasks t
      WHERE t.id = finish_locked.id AND t.status IN ('ready', 'error') AND t.repeat IS NOT NULL
        AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
-       AND pg_catalog.strpos(v_held, queue._held_entry(pg_catalog.concat(v_key, '/', t.attempt + 1, '/', EXTRACT(epoch FROM t.run_at)),
-                                                       pg_catalog.pg_current_xact_id(), t.id)) > 0
+       AND pg_catalog.strpos(v_held, queue._held_entry(
+               pg_catalog.concat(v_key, '/', t.attempt + 1, '/', EXTRACT(epoch FROM t.run_at)),
+               pg_catalog.pg_current_xact_id(), t.id)) > 0
        FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN false;  -- not taken here, another transaction's, ended, or changed since (a re-run)

@@ -116,9 +116,9 @@ BEGIN
         -- Each claimed row, in claim order, passes a filter that records it (a filter is evaluated
         -- once per row, above the row lock): the claim position moves to it, and an entry for it,
         -- signed with the attempt and run_at it took, goes into the transaction-local
-        -- skiplock.held, which finish_locked and fail_locked check (with the lock, held then and
-        -- there, and the task unchanged); a rollback undoes both with the locks. The position is the last row
-        -- the filter saw, at most the greatest claimed: a next claim starts there or earlier.
+        -- skiplock.held, which finish_locked and fail_locked check (with the lock held then and
+        -- the task unchanged); a rollback undoes both with the locks. The position is the last
+        -- row the filter saw, at most the greatest claimed: a next claim starts there or earlier.
         RETURN QUERY
         SELECT c.id, c.payload, c.attempt, c.priority, c.key
           FROM (SELECT c.id, c.payload, c.attempt + 1 AS attempt, c.priority, c.key, c.run_at

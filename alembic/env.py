@@ -52,10 +52,16 @@ def run_once(url: str, lock_timeout: str) -> None:
             transactional_ddl=True,
         )
         with context.begin_transaction():
+            # The migrating role is often a superuser: no schema another role can create in is on
+            # the path while the revisions run (a shadowing operator or function would run with its
+            # rights); every name the revisions use is qualified (queue.…) or pg_catalog's.
+            connection.execute(text("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)"))
             # Wait for ever for another upgrade to end (no lock_timeout yet): upgrades queue up.
-            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+            connection.execute(text("SELECT pg_catalog.pg_advisory_xact_lock(CAST(:key AS pg_catalog.int8))"),
+                               {"key": MIGRATION_LOCK_KEY})
             # From here on, waiting for a table lock is bounded (see skiplock/migrate.py).
-            connection.execute(text("SELECT set_config('lock_timeout', :t, true)"), {"t": lock_timeout})
+            connection.execute(text("SELECT pg_catalog.set_config('lock_timeout', CAST(:t AS pg_catalog.text), true)"),
+                               {"t": lock_timeout})
             # The version table lives in schema queue, which must exist before Alembic looks.
             connection.execute(text("CREATE SCHEMA IF NOT EXISTS queue"))
             refuse_pre_release(context.get_context().get_current_heads())

@@ -18,7 +18,7 @@ from skiplock.sqlfiles import ROOT
 def current_revision(url: str) -> str | None:
     """The revision the database is at, None when skiplock was never installed."""
     with psycopg.connect(migrate.libpq_url(url), autocommit=True) as conn:
-        if one(conn.execute("SELECT to_regclass('queue.skiplock_version')"))[0] is None:
+        if one(conn.execute("SELECT pg_catalog.to_regclass('queue.skiplock_version'::pg_catalog.text)"))[0] is None:
             return None
         row = conn.execute("SELECT version_num FROM queue.skiplock_version").fetchone()
         return row[0] if row else None

@@ -15,7 +15,8 @@ request may have run UNLISTEN *) and never prepares the CALL (it may have run DE
 PostgreSQL's statement_timeout covers a whole CALL, so a task's own timeout needs someone outside:
 one more connection (the same login) calls queue.cancel_overdue_sql_tasks() every
 --watchdog-interval seconds, which cancels the statements that ran past their timeout (recorded
-as 57014).
+as 57014) and, 5 s on, terminates the session of a request that ignored the cancel (the executor
+then reconnects; the task is recorded as timed out).
 
 SIGTERM or SIGINT: stop calling; running calls may end on their own within --grace; then the
 watchdog connection cancels (pg_cancel_backend) each call still running: run_sql_tasks hands the
@@ -209,7 +210,7 @@ class Watchdog(threading.Thread):
                         if n:
                             self.cancelled_overdue += n
                             if not a.quiet:
-                                sh.log(f"watchdog: cancelled {n} statement(s) past their timeout")
+                                sh.log(f"watchdog: cancelled (or terminated) {n} statement(s) past their timeout")
                     if sh.abort.is_set():
                         with sh.lock:
                             calls = list(sh.in_call.items())
@@ -262,9 +263,12 @@ def run(url: str, args: argparse.Namespace) -> int:
             # Membership first, on its own: looking the functions up needs USAGE on schema queue,
             # which only skiplock's roles have, so a login outside them would get "permission denied".
             role, current, installed, member = one(conn.execute(
-                "SELECT session_user::text, current_user::text, r.oid IS NOT NULL, "
-                "       pg_has_role(session_user, r.oid, 'MEMBER') "
-                "  FROM (SELECT) AS one LEFT JOIN pg_catalog.pg_roles r ON r.rolname = 'skiplock_sql'"))
+                # Qualified and exact-typed, as all SQL on this session (its search_path is the
+                # role's, which may hold a schema others create operators in).
+                "SELECT session_user::pg_catalog.text, current_user::pg_catalog.text, r.oid IS NOT NULL, "
+                "       pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER'::pg_catalog.text) "
+                "  FROM (SELECT) AS one LEFT JOIN pg_catalog.pg_roles r"
+                "    ON r.rolname OPERATOR(pg_catalog.=) 'skiplock_sql'::pg_catalog.name"))
             if current != role:
                 print(f"skiplock run-sql: the session is {role} acting as {current} (SET ROLE): connect as the role whose "
                       f"SQL tasks to run, e.g. with {current}'s own login (run_sql_tasks refuses SET ROLE)", file=sys.stderr)
@@ -276,8 +280,12 @@ def run(url: str, args: argparse.Namespace) -> int:
             if member:
                 try:
                     member = one(conn.execute(
-                        "SELECT has_function_privilege('queue.run_sql_tasks(text,integer,text,integer)'::regprocedure, 'EXECUTE') "
-                        "   AND has_function_privilege('queue.cancel_overdue_sql_tasks()'::regprocedure, 'EXECUTE')"
+                        "SELECT pg_catalog.has_function_privilege("
+                        "           'queue.run_sql_tasks(text,integer,text,integer)'::pg_catalog.regprocedure::pg_catalog.oid,"
+                        "           'EXECUTE'::pg_catalog.text) "
+                        "   AND pg_catalog.has_function_privilege("
+                        "           'queue.cancel_overdue_sql_tasks()'::pg_catalog.regprocedure::pg_catalog.oid,"
+                        "           'EXECUTE'::pg_catalog.text)"
                     ))[0]
                 except psycopg.errors.InsufficientPrivilege:
                     member = False

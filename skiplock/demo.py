@@ -87,6 +87,8 @@ def run(url: str, tasks: int = 3000, workers: int = 4, seed: int | None = None, 
     rng = random.Random(seed)
     run_id = uuid.uuid4().hex[:8]
     with connect.connect(url) as conn:
+        # A dev cluster's superuser: its own queries below resolve nothing on a path others create in.
+        conn.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', false)")
         for stage in (RESIZE, PUBLISH):
             conn.execute("SELECT queue.configure_stage(%s, lease_duration => '30 seconds', max_attempts => 3,"
                           " backoff => 'exponential', backoff_base => '50 milliseconds', backoff_cap => '1 second')",

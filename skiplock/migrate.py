@@ -185,9 +185,11 @@ def lock_queue_tables(connection: Any, nowait_seconds: float, pause: float = 0.0
     'none' (no tables yet), 'nowait' or 'queued'."""
     from sqlalchemy import text
     found = [r[0] for r in connection.execute(text(
-        "SELECT c.relname::text FROM pg_catalog.pg_class c"
-        " WHERE c.relnamespace = 'queue'::regnamespace AND c.relkind IN ('r', 'p')"
-        " AND NOT c.relispartition AND c.relname <> 'skiplock_version' ORDER BY c.relname"))]
+        "SELECT c.relname::pg_catalog.text FROM pg_catalog.pg_class c"
+        " WHERE c.relnamespace OPERATOR(pg_catalog.=) 'queue'::pg_catalog.regnamespace::pg_catalog.oid"
+        " AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p}'::pg_catalog.\"char\"[])"
+        " AND NOT c.relispartition AND c.relname OPERATOR(pg_catalog.<>) 'skiplock_version'::pg_catalog.name"
+        " ORDER BY c.relname"))]
     if not found:
         return "none"
     # When it has to queue, in the order most calls take them (settings, then the hot table,

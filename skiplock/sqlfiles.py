@@ -81,8 +81,15 @@ def run_files(conn: Any, base: Path, files: Iterable[str]) -> None:
 
     conn is a psycopg 3 connection. Executing a query without parameters sends it verbatim
     (no placeholder parsing), so `%` and `:name` in function bodies reach PostgreSQL untouched.
+    The files run with search_path pinned to pg_catalog, pg_temp for the transaction (the
+    migrating role is often a superuser, and a schema others create in may be on its path: a
+    shadowing operator or function would run with its rights); the caller's path is put back
+    after them, for an embedding application's own revisions in the same transaction.
     """
     with conn.cursor() as cur:
+        cur.execute("SELECT pg_catalog.current_setting('search_path')")
+        caller_path = cur.fetchone()[0]
+        cur.execute("SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)")
         for rel in files:
             sql = (base / rel).read_text()
             try:
@@ -96,6 +103,7 @@ def run_files(conn: Any, base: Path, files: Iterable[str]) -> None:
         row = cur.fetchone()
         if row is not None and row[0]:
             cur.execute(TAKE_OWNERSHIP)
+        cur.execute("SELECT pg_catalog.set_config('search_path', %s, true)", (caller_path,))
 
 
 def build_from_schema(conn: Any, schema_dir: Path = SCHEMA_DIR) -> None:

@@ -4,7 +4,8 @@
 -- and re-armed, _rearm). Otherwise it waits as 'error' until now + retry_in, or the stage's backoff
 -- (_retry_delay); due at once, it wakes the stage's waiting workers. attempt, worker and started are
 -- the attempt's, as they go to queue.history; the error text is cut to 2,000 characters.
--- The caller has locked the row. Writes queue.live_tasks, and queue.history when fatal.
+-- The caller has locked the row; history is written only for a row it deleted or re-armed.
+-- Writes queue.live_tasks, and queue.history when fatal.
 CREATE OR REPLACE FUNCTION queue._fail_attempt(task queue.live_tasks, attempt integer, worker text,
                                                started timestamptz, error text, fatal boolean,
                                                retry_in interval, now timestamptz)
@@ -25,9 +26,11 @@ BEGIN
             RETURN;
         END IF;
         DELETE FROM queue.live_tasks t WHERE t.id = task.id AND t.stage = task.stage;
-        INSERT INTO queue.history
-        SELECT (queue._history_row(task, 'fatal', _fail_attempt.attempt, _fail_attempt.worker, v_error,
-                                   _fail_attempt.started, _fail_attempt.now)).*;
+        IF FOUND THEN  -- history only for a row this deleted (never two final rows for one run)
+            INSERT INTO queue.history
+            SELECT (queue._history_row(task, 'fatal', _fail_attempt.attempt, _fail_attempt.worker, v_error,
+                                       _fail_attempt.started, _fail_attempt.now)).*;
+        END IF;
         RETURN;
     END IF;
     v_next := _fail_attempt.now + coalesce(_fail_attempt.retry_in, queue._retry_delay(v_settings, _fail_attempt.attempt));

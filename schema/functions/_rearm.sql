@@ -1,6 +1,7 @@
 -- _rearm(task, status, attempt, worker, error_text, started, finished): record a periodic task's run
 -- in queue.history (status done or fatal, with the values given) and re-arm the same row, ready
--- from attempt 0, for its next slot after `finished` (_next_slot). The caller has locked the row.
+-- from attempt 0, for its next slot after `finished` (_next_slot). The caller has locked the row;
+-- history is written only when the row was there to re-arm.
 -- Writes queue.live_tasks and queue.history; raises nothing of its own.
 CREATE OR REPLACE FUNCTION queue._rearm(task queue.live_tasks, status queue.task_status, attempt integer,
                                         worker text, error_text text, started timestamptz, finished timestamptz)
@@ -18,9 +19,11 @@ BEGIN
            lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
            error_text = NULL, updated = _rearm.finished
      WHERE t.id = task.id AND t.stage = task.stage;
-    INSERT INTO queue.history
-    SELECT (queue._history_row(task, _rearm.status, _rearm.attempt, _rearm.worker, _rearm.error_text,
-                               _rearm.started, _rearm.finished)).*;
+    IF FOUND THEN  -- history only for a row this re-armed
+        INSERT INTO queue.history
+        SELECT (queue._history_row(task, _rearm.status, _rearm.attempt, _rearm.worker, _rearm.error_text,
+                                   _rearm.started, _rearm.finished)).*;
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION queue._rearm(queue.live_tasks, queue.task_status, integer, text, text, timestamptz, timestamptz) IS 'Internal: records a periodic task''s run in queue.history and re-arms its row for the next slot.';

@@ -41,6 +41,9 @@ BEGIN
     ELSE
         v_done := queue.finish(_sql_record.id, _sql_record.lease);
     END IF;
+    IF NOT v_done THEN
+        RETURN false;  -- nothing ended here: no history row of this run to stamp
+    END IF;
     v_keep := coalesce((v_task.payload ->> 'keep_history')::boolean, true);
     IF v_keep OR _sql_record.error IS NOT NULL THEN
         -- The row finish() or a fatal fail() wrote in this transaction (finished = now()).

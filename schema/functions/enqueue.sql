@@ -40,6 +40,7 @@ BEGIN
     IF enqueue.stage IS NULL OR enqueue.stage IN ('', '*') OR pg_catalog.octet_length(enqueue.stage) > 54
        OR enqueue.payload IS NULL OR pg_catalog.jsonb_typeof(enqueue.payload) NOT IN ('object', 'array')
        OR pg_catalog.pg_column_size(enqueue.payload) > 1048576
+       OR pg_catalog.pg_column_compression(enqueue.payload) IS NOT NULL  -- from a column: measured uncompressed
        OR enqueue.priority IS NULL OR enqueue.mode IS NULL OR enqueue.mode NOT IN ('ignore', 'rerun')
        OR enqueue.drift IS NULL OR enqueue.key IS NOT NULL OR enqueue.repeat IS NOT NULL
        OR enqueue.group_key IS NOT NULL THEN
@@ -47,7 +48,8 @@ BEGIN
             PERFORM queue._check_stage(enqueue.stage);
         END IF;
         IF enqueue.payload IS NULL OR pg_catalog.jsonb_typeof(enqueue.payload) NOT IN ('object', 'array')
-           OR pg_catalog.pg_column_size(enqueue.payload) > 1048576 THEN
+           OR pg_catalog.pg_column_size(enqueue.payload) > 1048576
+           OR pg_catalog.pg_column_compression(enqueue.payload) IS NOT NULL THEN
             PERFORM queue._check_payload(enqueue.payload);
         END IF;
         IF enqueue.priority IS NULL THEN
@@ -151,10 +153,10 @@ BEGIN
         END IF;
         -- Re-run by the transaction that holds it (take_locked): no longer its to finish.
         v_held := pg_catalog.current_setting('skiplock.held', true);
+        -- (Its entry binds the attempt and run_at it replaced: struck out by its id.)
         IF pg_catalog.strpos(v_held, v_id || ':') > 0 THEN
-            PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held,
-                        queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(), v_id),
-                        ''), true);
+            PERFORM pg_catalog.set_config('skiplock.held',
+                        pg_catalog.regexp_replace(v_held, '(^|,)' || v_id || ':[0-9a-f]{32},', '\1'), true);
         END IF;
     END IF;
 

@@ -45,6 +45,9 @@ BEGIN
       FROM pg_catalog.unnest(enqueue_batch.payloads) WITH ORDINALITY AS p(payload, ord)
      WHERE p.payload IS NULL OR pg_catalog.jsonb_typeof(p.payload) NOT IN ('object', 'array')
         OR pg_catalog.pg_column_size(p.payload) > 1048576
+        OR (pg_catalog.pg_column_compression(p.payload) IS NOT NULL  -- compressed: measured uncompressed
+            AND pg_catalog.pg_column_size(p.payload || CASE pg_catalog.jsonb_typeof(p.payload)
+                                                         WHEN 'object' THEN '{}'::jsonb ELSE '[]'::jsonb END) > 1048576)
      LIMIT 1;
     IF FOUND THEN
         BEGIN

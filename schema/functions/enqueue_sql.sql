@@ -68,9 +68,12 @@ BEGIN
             USING ERRCODE = '22004', DETAIL = 'enqueue_sql was called with keep_history NULL.',
                   HINT = 'true keeps a history row of each successful run, false keeps none.';
     END IF;
+    -- The nonce makes the payload one that no other call can build: a task that a concurrent
+    -- enqueue() put under the key is never taken for this call's own (see the adoption below).
     v_payload := pg_catalog.jsonb_build_object('sql', enqueue_sql.request,
                                                'timeout', enqueue_sql.timeout::text,
-                                               'keep_history', enqueue_sql.keep_history);
+                                               'keep_history', enqueue_sql.keep_history,
+                                               'nonce', pg_catalog.gen_random_uuid());
     -- The payload wraps the request in a few dozen bytes: a request just under 1 MiB must get
     -- this error, not enqueue's "payload too large".
     IF pg_catalog.pg_column_size(v_payload) > 1048576 THEN
@@ -122,9 +125,10 @@ BEGIN
 
     v_id := queue.enqueue(v_payload, enqueue_sql.stage, enqueue_sql.priority, enqueue_sql.run_at,
                           enqueue_sql.key, enqueue_sql.mode, enqueue_sql.repeat, enqueue_sql.drift);
-    -- The row is this caller's task: new, re-run, or (mode 'ignore') already its own. A task a
-    -- concurrent enqueue() inserted under the key between the check and here has a payload that
-    -- is not this request: then it stays an ordinary task and the caller is told.
+    -- The row is this caller's task: new or re-run by this call (its payload, with this call's
+    -- nonce), or (mode 'ignore') already an SQL task of this role. A task a concurrent enqueue()
+    -- inserted under the key between the check and here cannot have that payload, whatever it
+    -- holds: it stays an ordinary task and the caller is told.
     UPDATE queue.live_tasks t
        SET run_as = v_caller
      WHERE t.id = v_id AND (t.run_as = v_caller OR (t.run_as IS NULL AND t.payload = v_payload));

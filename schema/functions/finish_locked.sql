@@ -3,9 +3,10 @@
 -- started at the transaction's start and finished at clock time; a periodic task is recorded and
 -- re-armed, as finish() does. worker, if given, is recorded in queue.history.
 -- The claim, as the lease is to finish(), is the row lock plus take_locked's signed entry in the
--- setting skiplock.held, which this call strikes out (a rolled-back savepoint undoes both). False,
--- changing nothing, for any other task: never taken, another transaction's, already ended, or
--- re-run by this same transaction (left ready for its new payload).
+-- setting skiplock.held, which binds the attempt and run_at it took (a rolled-back savepoint
+-- undoes both; a replay of the entry finds the lock another's or the task changed). False, changing nothing,
+-- for any other task: never taken, another transaction's, already ended, or changed since the take
+-- (re-run by this same transaction: left ready for its new payload).
 -- Commit the worker's own writes in the same transaction: they and the finish are one.
 -- Raises 22004 for a NULL id, 22023 for a long worker name. Locks the task's row (already locked
 -- by take_locked); writes queue.live_tasks and queue.history.
@@ -21,6 +22,7 @@ DECLARE
     v_now   timestamptz := pg_catalog.clock_timestamp();
     v_held  text := pg_catalog.current_setting('skiplock.held', true);
     v_entry text;
+    v_key   text;
     v_task  queue.live_tasks;
 BEGIN
     IF finish_locked.id IS NULL THEN
@@ -28,35 +30,48 @@ BEGIN
     ELSIF pg_catalog.length(finish_locked.worker) > 200 THEN
         PERFORM queue._raise_bad_argument('finish_locked', 'worker', finish_locked.worker);
     END IF;
-    -- Held by this transaction: take_locked recorded it, signed, and nothing here ended it since.
-    SELECT queue._held_entry(k.key, pg_catalog.pg_current_xact_id(), finish_locked.id) INTO v_entry FROM queue.fence_key k;
-    IF NOT coalesce(pg_catalog.strpos(v_held, v_entry) > 0, false) THEN RETURN false; END IF;
-
-    -- A deleted task needs no strike-out: a later end finds no row.
+    -- Held by this transaction now, as it took it (docs/decisions.md, "The take_locked fence"):
+    -- the row is locked by this transaction (SKIP LOCKED skips another's lock, not this
+    -- transaction's own) and take_locked's signed entry, which binds the attempt and run_at it
+    -- took, is in the record. A replayed entry of a take that a rolled-back savepoint undid matches
+    -- nothing another worker holds, nor a task another transaction failed, re-ran or re-armed since.
+    -- A one-off task: found and locked, then deleted by its address, in one statement (as consume).
+    SELECT k.key INTO v_key FROM queue.fence_key k;
     WITH done AS (
         DELETE FROM queue.live_tasks t
-         WHERE t.id = finish_locked.id AND t.status IN ('ready', 'error') AND t.repeat IS NULL
-           AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
+         WHERE (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
+           AND t.ctid = (SELECT l.ctid
+                           FROM queue.live_tasks l
+                          WHERE l.id = finish_locked.id AND l.status IN ('ready', 'error') AND l.repeat IS NULL
+                            AND (finish_locked.stage IS NULL OR l.stage = finish_locked.stage)
+                            AND pg_catalog.strpos(v_held, queue._held_entry(
+                                    pg_catalog.concat(v_key, '/', l.attempt + 1, '/', EXTRACT(epoch FROM l.run_at)),
+                                    pg_catalog.pg_current_xact_id(), l.id)) > 0
+                            FOR UPDATE SKIP LOCKED)
         RETURNING t.*
     )
     INSERT INTO queue.history
     SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt + 1, finish_locked.worker, d.error_text, pg_catalog.now(), v_now)).*
       FROM done d;
     IF FOUND THEN
-        RETURN true;
+        RETURN true;  -- deleted, it needs no strike-out: a later end finds no row
     END IF;
 
-    -- A periodic task: record this run, re-arm the same row for the next one, struck out of the record.
     SELECT t.* INTO v_task
       FROM queue.live_tasks t
-     WHERE t.id = finish_locked.id AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage);
-    IF v_task.id IS NULL AND finish_locked.stage IS NOT NULL THEN
-        RETURN false;  -- a task of another stage than the one given is not this call's: it stays in the record
+     WHERE t.id = finish_locked.id AND t.status IN ('ready', 'error') AND t.repeat IS NOT NULL
+       AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
+       AND pg_catalog.strpos(v_held, queue._held_entry(
+               pg_catalog.concat(v_key, '/', t.attempt + 1, '/', EXTRACT(epoch FROM t.run_at)),
+               pg_catalog.pg_current_xact_id(), t.id)) > 0
+       FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN false;  -- not taken here, another transaction's, ended, or changed since (a re-run)
     END IF;
+    -- A periodic task: record this run, re-arm the same row for the next one, struck out of the record.
+    v_entry := queue._held_entry(pg_catalog.concat(v_key, '/', v_task.attempt + 1, '/', EXTRACT(epoch FROM v_task.run_at)),
+                                 pg_catalog.pg_current_xact_id(), v_task.id);
     PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held, v_entry, ''), true);
-    IF v_task.repeat IS NULL OR v_task.status NOT IN ('ready', 'error') THEN
-        RETURN false;  -- held, yet ended by this transaction outside the record (cancel): struck out too
-    END IF;
     PERFORM queue._rearm(v_task, 'done', v_task.attempt + 1, finish_locked.worker, v_task.error_text,
                          pg_catalog.now(), v_now);
     RETURN true;

@@ -6,7 +6,8 @@
 -- executor's CALL has returned (its state in pg_stat_activity), so that a caller that disconnects at
 -- once still counts; for another role's executor it cannot see that and returns at once.
 -- SECURITY INVOKER: it signals the caller's own executors. Returns whether the signal was sent.
--- Raises 22004 for a NULL pid, 22023 for the caller's own pid.
+-- Raises 22004 for a NULL pid, 22023 for the caller's own pid, 42501 for another role's backend
+-- (pg_cancel_backend's); a refused call, or one that signalled nothing, leaves no lock behind.
 CREATE OR REPLACE FUNCTION queue.stop_sql_executor(pid integer)
     RETURNS boolean
     LANGUAGE plpgsql
@@ -15,6 +16,7 @@ CREATE OR REPLACE FUNCTION queue.stop_sql_executor(pid integer)
 AS $$
 DECLARE
     v_until timestamptz;
+    v_sent  boolean;
 BEGIN
     IF stop_sql_executor.pid IS NULL THEN
         RAISE EXCEPTION 'pid must not be NULL'
@@ -27,8 +29,17 @@ BEGIN
                   DETAIL = pg_catalog.format('pid %s is this session''s own backend.', stop_sql_executor.pid),
                   HINT = 'Call it from another session of the same role.';
     END IF;
+    -- The lock first (the executor looks for it when the cancel arrives); a refused or missed
+    -- signal gives it back, so that such a call leaves nothing behind (session locks outlive an error).
     PERFORM pg_catalog.pg_advisory_lock(1936419948, stop_sql_executor.pid);
-    IF NOT pg_catalog.pg_cancel_backend(stop_sql_executor.pid) THEN
+    BEGIN
+        v_sent := pg_catalog.pg_cancel_backend(stop_sql_executor.pid);
+    EXCEPTION WHEN OTHERS THEN  -- 42501: another role's backend
+        PERFORM pg_catalog.pg_advisory_unlock(1936419948, stop_sql_executor.pid);
+        RAISE;
+    END;
+    IF NOT v_sent THEN
+        PERFORM pg_catalog.pg_advisory_unlock(1936419948, stop_sql_executor.pid);
         RETURN false;
     END IF;
     -- Keep the lock until the executor has seen it: its CALL returns once it has handed the task back.

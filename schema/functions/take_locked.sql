@@ -115,9 +115,10 @@ BEGIN
         -- </claim from the beginning>
         -- Each claimed row, in claim order, passes a filter that records it (a filter is evaluated
         -- once per row, above the row lock): the claim position moves to it, and an entry for it,
-        -- signed, goes into the transaction-local skiplock.held, which finish_locked and
-        -- fail_locked check; a rollback undoes both with the locks. The position is the last row
-        -- the filter saw, at most the greatest claimed: a next claim starts there or earlier.
+        -- signed with the attempt and run_at it took, goes into the transaction-local
+        -- skiplock.held, which finish_locked and fail_locked check (with the lock held then and
+        -- the task unchanged); a rollback undoes both with the locks. The position is the last
+        -- row the filter saw, at most the greatest claimed: a next claim starts there or earlier.
         RETURN QUERY
         SELECT c.id, c.payload, c.attempt, c.priority, c.key
           FROM (SELECT c.id, c.payload, c.attempt + 1 AS attempt, c.priority, c.key, c.run_at
@@ -143,7 +144,8 @@ BEGIN
               IS NOT NULL
            AND pg_catalog.set_config('skiplock.held',
                    pg_catalog.concat(pg_catalog.current_setting('skiplock.held', true),
-                                     queue._held_entry(v_key, pg_catalog.pg_current_xact_id(), c.id)),
+                                     queue._held_entry(pg_catalog.concat(v_key, '/', c.attempt, '/', EXTRACT(epoch FROM c.run_at)),
+                                                       pg_catalog.pg_current_xact_id(), c.id)),
                    true) IS NOT NULL
          ORDER BY c.priority, c.run_at, c.id;
         EXIT claim WHEN FOUND OR v_full;

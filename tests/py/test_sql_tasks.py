@@ -9,6 +9,7 @@ at the end.
 
 from __future__ import annotations
 
+import datetime
 import os
 import signal
 import subprocess
@@ -961,3 +962,176 @@ def test_the_pg_cron_recipe_commands_work_when_run_by_hand_as_the_role(admin: ps
     assert task(admin, now)[:4] == ("done", 1, None, {"columns": [{"name": "ok", "type": "boolean"}],
                                                       "rows": [[True]], "row_count": 1})
     assert task(admin, slow)[0] == "fatal" and task(admin, slow)[2].startswith("57014: ")
+
+
+# -- attacks (issue 54) -----------------------------------------------------------------------------
+
+# Operators for the type pairs that the executor compares, computes and concatenates outside the
+# request (run_sql_tasks commits, so it cannot pin search_path): (operator, left, right, result).
+SHADOWED_OPERATORS = [
+    ("=", "oid", "regclass", "bool"), ("=", "oid", "int4", "bool"), ("=", "int2", "int4", "bool"),
+    (">", "int2", "int4", "bool"), ("=", "text", "text", "bool"), ("<>", "text", "text", "bool"),
+    ("<>", "name", "name", "bool"), ("=", "name", "name", "bool"), ("<", "int4", "int4", "bool"),
+    ("<>", "int4", "int4", "bool"), ("+", "int4", "int4", "int4"),
+    ("<", "timestamptz", "timestamptz", "bool"), (">=", "timestamptz", "timestamptz", "bool"),
+    ("+", "timestamptz", "interval", "timestamptz"), ("||", "text", "text", "text"), ("->", "json", "int4", "json"),
+]
+# Functions, by the names the executor calls (a qualified call never looks at them).
+SHADOWED_FUNCTIONS = [("format", "text, text", "text"), ("to_regclass", "text", "regclass"), ("upper", "text", "text"),
+                      ("substring", "text, text", "text"), ("nullif", "text, text", "text")]
+
+
+def test_an_executor_runs_no_operator_or_function_another_role_put_on_its_search_path(
+        admin: psycopg.Connection, alice: psycopg.Connection, roles: Roles, tmp_path: Path) -> None:
+    # Issue 54, item 1: run_sql_tasks compared attrelid = to_regclass(…) (oid = regclass) and
+    # classid = 1936419948 (oid = int4); pg_catalog has no exact operator for these, so bob's, in
+    # public (CREATE on it: PostgreSQL 14's default), won and ran with the executor's rights. Bob
+    # shadows every operator the executor uses, for the exact types, and logs each call; alice's
+    # executor runs every branch (a query, a bare statement, a nameless column, an error with a
+    # detail, a cancel) with public first on its path. Not one call of bob's may run.
+    stage = "sec.shadow"
+    admin.execute("SELECT queue.configure_stage(%s, max_attempts => 1)", (stage,))
+    admin.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(roles.bob)))
+    log = f"sqlt_shadow_log_{uuid.uuid4().hex[:6]}"
+    made: list[str] = []
+    with psycopg.connect(roles.bob_url, autocommit=True) as bob:
+        bob.execute(sql.SQL("CREATE TABLE public.{} (who text, what text)").format(sql.Identifier(log)))
+        bob.execute(sql.SQL("GRANT INSERT ON public.{} TO PUBLIC").format(sql.Identifier(log)))
+        for n, (op, left, right, result) in enumerate(SHADOWED_OPERATORS):
+            fn = f"sqlt_shadow_op_{n}"
+            bob.execute(sql.SQL(
+                "CREATE FUNCTION public.{fn}(a {l}, b {r}) RETURNS {res} LANGUAGE sql AS $f$ "
+                "INSERT INTO public.{log} VALUES (current_user, {what}); "
+                "SELECT a::pg_catalog.{l2} OPERATOR(pg_catalog.{op}) b::pg_catalog.{r2} $f$").format(
+                    fn=sql.Identifier(fn), l=sql.SQL(left), r=sql.SQL(right), res=sql.SQL(result),
+                    log=sql.Identifier(log), what=sql.Literal(f"{left} {op} {right}"), op=sql.SQL(op),
+                    l2=sql.SQL(left), r2=sql.SQL("oid" if left == "oid" else right)))
+            bob.execute(sql.SQL("CREATE OPERATOR public.{op} (LEFTARG = {l}, RIGHTARG = {r}, FUNCTION = public.{fn})")
+                        .format(op=sql.SQL(op), l=sql.SQL(left), r=sql.SQL(right), fn=sql.Identifier(fn)))
+            made.append(f"{left} {op} {right}")
+        for name, args, result in SHADOWED_FUNCTIONS:
+            bob.execute(sql.SQL("CREATE FUNCTION public.{fn}({args}) RETURNS {res} LANGUAGE sql AS $f$ "
+                                "INSERT INTO public.{log} VALUES (current_user, {what}); SELECT NULL::{res} $f$").format(
+                fn=sql.Identifier(name), args=sql.SQL(args), res=sql.SQL(result), log=sql.Identifier(log),
+                what=sql.Literal(name)))
+    try:
+        # The control: on this path, an unqualified comparison of alice's runs bob's operator.
+        with psycopg.connect(roles.alice_url, autocommit=True, options="-c search_path=public,pg_catalog") as ex:
+            ex.execute("SELECT a.attnum FROM pg_catalog.pg_attribute a WHERE a.attrelid = 'pg_class'::regclass")
+            assert admin.execute(sql.SQL("SELECT count(*) FROM public.{}").format(sql.Identifier(log))).fetchone()[0] > 0
+            admin.execute(sql.SQL("TRUNCATE public.{}").format(sql.Identifier(log)))
+            tasks = [enqueue_sql(alice, request, stage=stage, priority=p) for p, request in enumerate([
+                "SELECT 1 AS one, 'x'::text AS two",               # a query: its columns from pg_attribute
+                "SELECT 1, 2",                                     # nameless columns: json -> 0
+                "DO $$BEGIN PERFORM 1; END$$",                     # not a query: the command and row count
+                "SELECT 1/0",                                      # an error
+                "CREATE TABLE pg_temp.x (a int CHECK (a > 0)); INSERT INTO pg_temp.x VALUES (-1)",  # with a detail
+                "SELECT pg_catalog.pg_cancel_backend(pg_catalog.pg_backend_pid()), pg_catalog.pg_sleep(0.5)",  # a cancel
+            ])]
+            assert call(ex, stage, 10) == len(tasks)
+        assert [task(admin, t)[0] for t in tasks] == ["done", "done", "done", "fatal", "fatal", "fatal"]
+        # `skiplock run-sql` on the same path: its start-up checks, LISTEN, CALL and watchdog.
+        by_cli = enqueue_sql(alice, "SELECT 'cli' AS via", stage=stage)
+        proc = run_sql_cli(psycopg.conninfo.make_conninfo(roles.alice_url, options="-c search_path=public,pg_catalog"),
+                           "--stage", stage, "--poll", "1", log=tmp_path / "run-sql.log")
+        try:
+            wait_for(lambda: task(admin, by_cli)[0] == "done" or proc.poll() is not None, timeout=90)
+        finally:
+            rc, _ = stop(proc)
+        assert (rc, task(admin, by_cli)[0]) == (0, "done"), (tmp_path / "run-sql.log").read_text()
+        ran = admin.execute(sql.SQL("SELECT who, what FROM public.{}").format(sql.Identifier(log))).fetchall()
+        assert ran == [], ran
+    finally:
+        admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(roles.bob)))
+        admin.execute(sql.SQL("REVOKE CREATE ON SCHEMA public FROM {}").format(sql.Identifier(roles.bob)))
+
+
+def advisory_locks(conn: psycopg.Connection, pid: int) -> list[tuple]:
+    return conn.execute("SELECT classid::int8, objid::int8, objsubid::int4 FROM pg_catalog.pg_locks "
+                        "WHERE locktype = 'advisory' AND pid = %s", (pid,)).fetchall()
+
+
+def test_a_refused_stop_sql_executor_leaves_no_advisory_lock_behind(admin: psycopg.Connection,
+                                                                     alice: psycopg.Connection, roles: Roles) -> None:
+    # Issue 54, item 6: stop_sql_executor took the session's advisory lock, then pg_cancel_backend
+    # refused another role's backend (42501): the lock stayed with alice's session, as it did for
+    # a pid that is no backend. A refused call changes nothing.
+    with psycopg.connect(roles.bob_url, autocommit=True) as bob:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            alice.execute("SELECT queue.stop_sql_executor(%s)", (bob.info.backend_pid,))
+        assert advisory_locks(admin, alice.info.backend_pid) == []
+        dead = admin.execute("SELECT max(pid) + 100000 FROM pg_catalog.pg_stat_activity").fetchone()[0]
+        assert alice.execute("SELECT queue.stop_sql_executor(%s)", (dead,)).fetchone()[0] is False
+        assert advisory_locks(admin, alice.info.backend_pid) == []
+        # A lock alice held before the refused call is still hers (the call gave back only its own).
+        alice.execute("SELECT pg_advisory_lock(1936419948, %s)", (bob.info.backend_pid,))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            alice.execute("SELECT queue.stop_sql_executor(%s)", (bob.info.backend_pid,))
+        assert advisory_locks(admin, alice.info.backend_pid) == [(1936419948, bob.info.backend_pid, 2)]
+        alice.execute("SELECT pg_advisory_unlock(1936419948, %s)", (bob.info.backend_pid,))
+
+
+def test_enqueue_sql_never_adopts_a_task_a_producer_put_under_its_key_meanwhile(admin: psycopg.Connection,
+                                                                               alice: psycopg.Connection,
+                                                                               roles: Roles) -> None:
+    # Issue 54, item 3: a producer enqueued an ordinary task whose payload was what enqueue_sql
+    # would build (it was predictable) under the key, with repeat => 1 second, and committed while
+    # alice's enqueue_sql(…, key => K) waited on it: enqueue_sql adopted the row, and the one-off
+    # request ran every second as alice. Now the payload carries a random nonce: the producer's
+    # row, whatever it holds, is never alice's.
+    stage, request = "sec.takeover", "SELECT 'one-off'"
+    predicted = '{"sql": "SELECT \'one-off\'", "timeout": null, "keep_history": true}'
+    with psycopg.connect(roles.producer_url, autocommit=True) as producer:
+        producer.execute("BEGIN")
+        planted = producer.execute("SELECT queue.enqueue(%s::jsonb, %s, key => 'K', repeat => interval '1 second')",
+                                   (predicted, stage)).fetchone()[0]
+        outcome: dict[str, object] = {}
+
+        def alice_enqueues() -> None:
+            with psycopg.connect(roles.alice_url, autocommit=True) as c:
+                outcome["pid"] = c.info.backend_pid
+                try:
+                    outcome["id"] = enqueue_sql(c, request, stage=stage, key="K")
+                except psycopg.Error as e:
+                    outcome["error"] = e
+
+        waiter = threading.Thread(target=alice_enqueues, daemon=True)
+        waiter.start()
+        # alice's enqueue_sql waits on the producer's uncommitted row (its key's index entry).
+        wait_for(lambda: "pid" in outcome and admin.execute(
+            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (outcome["pid"],)).fetchone()[0]
+            or not waiter.is_alive(), timeout=90)
+        producer.execute("COMMIT")
+        waiter.join(90)
+        assert not waiter.is_alive()
+    assert isinstance(outcome.get("error"), psycopg.errors.InsufficientPrivilege), outcome
+    assert admin.execute("SELECT run_as::text, repeat FROM queue.live_tasks WHERE id = %s",
+                         (planted,)).fetchone() == (None, datetime.timedelta(seconds=1)), \
+        "the producer's task stays an ordinary task"
+    assert call(alice, stage) == 0, "alice's executor has nothing of hers to run"
+
+
+def test_a_request_that_catches_the_cancel_cannot_outlive_its_timeout(admin: psycopg.Connection,
+                                                                      alice: psycopg.Connection, roles: Roles) -> None:
+    # Issue 54, item 5: a request catching query_canceled in a DO block ignored every cancel and
+    # ran on, recorded done. Now the watchdog terminates its executor's session 5 s after a cancel
+    # it ignored (rolling the request back) and records the attempt as timed out.
+    stage = "sec.timeout"
+    admin.execute("SELECT queue.configure_stage(%s, max_attempts => 1)", (stage,))
+    stubborn = enqueue_sql(alice, "DO $$BEGIN LOOP BEGIN PERFORM pg_catalog.pg_sleep(0.2); "
+                                  "EXCEPTION WHEN query_canceled THEN NULL; END; END LOOP; END$$",
+                           stage=stage, timeout="1 second")
+    executor = BackgroundCall(roles.alice_url, stage, 10)
+    started = time.monotonic()
+    with Watchdog(roles.alice_url) as watchdog:
+        executor.start()
+        with pytest.raises(psycopg.OperationalError):  # its session was terminated
+            executor.result(timeout=120)
+        took = time.monotonic() - started
+        wait_for(lambda: task(admin, stubborn)[0] != "running", timeout=90)
+    assert took < 60, took  # the timeout and the grace, not for ever
+    status, attempt, error, result, _ = task(admin, stubborn)
+    assert (status, attempt, result) == ("fatal", 1, None)
+    assert error.startswith("57014: canceling statement due to user request (timeout 00:00:01)"), error
+    assert "terminated" in error, error
+    assert sum(watchdog.cancels) >= 2, watchdog.cancels  # a cancel, then the terminate

@@ -380,3 +380,103 @@ def test_a_stale_xmax_that_numbers_a_multixact_of_the_transaction_is_not_taken_f
             assert a.execute("SELECT status::text FROM queue.live_tasks WHERE id = %s", (stale,)).fetchone()[0] == "ready"
     finally:
         cluster.stop()
+
+
+# -- the fence against a replayed entry (issue 54, item 2) -----------------------------------------
+
+def _replayed_take(a: psycopg.Connection, stage: str) -> int:
+    """A takes under a savepoint, keeps skiplock.held, rolls the savepoint back (the row lock is
+    gone) and puts the entry back: the replay the fence must refuse. Returns the task's id."""
+    a.execute("BEGIN")
+    a.execute("SAVEPOINT s")
+    task = a.execute("SELECT id FROM queue.take_locked(%s)", (stage,)).fetchone()[0]
+    saved = a.execute("SELECT current_setting('skiplock.held')").fetchone()[0]
+    a.execute("ROLLBACK TO SAVEPOINT s")
+    a.execute("SELECT set_config('skiplock.held', %s, true)", (saved,))
+    return task
+
+
+class _Call(threading.Thread):
+    """One statement of `conn` in a thread (it may wait on a lock); `result` its first value."""
+
+    def __init__(self, conn: psycopg.Connection, query: str, args: tuple) -> None:
+        super().__init__(daemon=True)
+        self.conn, self.query, self.args = conn, query, args
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.result = self.conn.execute(self.query, self.args).fetchone()[0]
+        except BaseException as e:  # noqa: BLE001 - re-raised by value()
+            self.error = e
+
+    def value(self) -> object:
+        self.join(120)
+        assert not self.is_alive(), "the call did not return"
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def _returned_or_waits(watch: psycopg.Connection, call: _Call, pid: int) -> None:
+    """Until the call has returned, or waits on a lock (then it acts only after the holder ends)."""
+    deadline = time.monotonic() + 120
+    while call.is_alive() and time.monotonic() < deadline:
+        if watch.execute("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                         (pid,)).fetchone()[0]:
+            return
+        time.sleep(0.02)
+
+
+def test_a_replayed_entry_does_not_end_a_task_that_another_take_locked_holds(db: str):
+    with psycopg.connect(db, autocommit=True) as a, psycopg.connect(db, autocommit=True) as b, \
+            psycopg.connect(db, autocommit=True) as watch:
+        task = a.execute("SELECT queue.enqueue('{}', 'lk.replay')").fetchone()[0]
+        assert _replayed_take(a, "lk.replay") == task
+        b.execute("BEGIN")
+        assert b.execute("SELECT id FROM queue.take_locked('lk.replay')").fetchone()[0] == task
+        fail = _Call(a, "SELECT queue.fail_locked(%s, 'replayed', fatal => true)", (task,))
+        _returned_or_waits(watch, fail, a.info.backend_pid)
+        assert b.execute("SELECT queue.finish_locked(%s)", (task,)).fetchone()[0] is True
+        b.execute("COMMIT")
+        assert fail.value() is False, "not held by A: another transaction's lock"
+        assert a.execute("SELECT queue.finish_locked(%s)", (task,)).fetchone()[0] is False
+        a.execute("COMMIT")
+        assert watch.execute("SELECT status::text FROM queue.history WHERE id = %s", (task,)).fetchall() \
+            == [("done",)], "one run, one final history row"
+
+        # The lock free again, but the task changed since A's take (B failed it): still not A's.
+        task = a.execute("SELECT queue.enqueue('{}', 'lk.replay2')").fetchone()[0]
+        assert _replayed_take(a, "lk.replay2") == task
+        b.execute("BEGIN")
+        assert b.execute("SELECT id FROM queue.take_locked('lk.replay2')").fetchone()[0] == task
+        assert b.execute("SELECT queue.fail_locked(%s, 'b failed', retry_in => interval '0')",
+                         (task,)).fetchone()[0] is True
+        b.execute("COMMIT")
+        assert a.execute("SELECT queue.fail_locked(%s, 'replayed', fatal => true)", (task,)).fetchone()[0] is False
+        assert a.execute("SELECT queue.finish_locked(%s)", (task,)).fetchone()[0] is False
+        a.execute("COMMIT")
+        assert watch.execute("SELECT status::text, attempt, error_text FROM queue.live_tasks WHERE id = %s",
+                             (task,)).fetchall() == [("error", 1, "b failed")]
+        assert watch.execute("SELECT count(*) FROM queue.history WHERE id = %s", (task,)).fetchone()[0] == 0
+
+
+def test_a_replayed_entry_does_not_end_a_task_running_under_another_workers_lease(db: str):
+    with psycopg.connect(db, autocommit=True) as a, psycopg.connect(db, autocommit=True) as b, \
+            psycopg.connect(db, autocommit=True) as watch:
+        task = a.execute("SELECT queue.enqueue('{}', 'lk.replay.next')").fetchone()[0]
+        assert _replayed_take(a, "lk.replay.next") == task
+        b.execute("BEGIN")
+        taken, lease = b.execute("SELECT id, lease FROM queue.take_next('lk.replay.next')").fetchone()
+        assert taken == task
+        fail = _Call(a, "SELECT queue.fail_locked(%s, 'replayed', fatal => true)", (task,))
+        _returned_or_waits(watch, fail, a.info.backend_pid)
+        b.execute("COMMIT")
+        assert fail.value() is False
+        a.execute("COMMIT")
+        assert b.execute("SELECT queue.heartbeat(%s, %s)", (task, lease)).fetchone()[0] is not None
+        assert b.execute("SELECT queue.finish(%s, %s)", (task, lease)).fetchone()[0] is True
+        assert watch.execute("SELECT status::text FROM queue.history WHERE id = %s", (task,)).fetchall() \
+            == [("done",)]

@@ -1,7 +1,7 @@
 -- queue.enqueue: defaults, named arguments, keys (ignore / rerun), stages, errors.
 -- now() is fixed for the transaction, so run_at and created compare exactly with it.
 BEGIN;
-SELECT plan(64);
+SELECT plan(68);
 
 CREATE TEMP TABLE ids (name text PRIMARY KEY, id bigint);
 
@@ -282,6 +282,21 @@ SELECT results_eq(
 
 SELECT is((SELECT pg_catalog.count(*)::integer FROM queue.live_tasks t WHERE t.stage = 'default'),
           2, 'stage ''default'' holds just the two tasks enqueued without a stage');
+
+-- Issue 54, item 4: a limit bounds the size a reader gets, not the stored (compressed) size. A
+-- jsonb of repeated text read from a table column arrives compressed, far under 1 MiB.
+CREATE TEMP TABLE big_values AS
+SELECT pg_catalog.jsonb_build_object('blob', pg_catalog.repeat('skiplock ', 500000)) AS huge,     -- 4.5 MB
+       pg_catalog.jsonb_build_object('blob', pg_catalog.repeat('skiplock ', 50000)) AS fine,      -- 450 kB
+       pg_catalog.repeat('k', 200000) AS long_key;
+SELECT ok((SELECT pg_catalog.pg_column_size(huge) < 1048576 AND pg_catalog.pg_column_compression(huge) IS NOT NULL
+             FROM big_values), 'the column holds the 4.5 MB payload compressed, under 1 MiB');
+SELECT throws_ok($$SELECT queue.enqueue(v.huge, 'enq.big') FROM big_values v$$,
+                 '54000', 'payload too large', 'a compressed payload from a column is measured uncompressed: 54000');
+SELECT lives_ok($$SELECT queue.enqueue(v.fine, 'enq.big') FROM big_values v$$,
+                'a compressed payload under 1 MiB uncompressed is accepted');
+SELECT throws_ok($$SELECT queue.enqueue('{}', 'enq.big', key => v.long_key) FROM big_values v$$,
+                 '22023', NULL, 'a compressed key from a column is measured by its characters: 22023');
 
 SELECT * FROM finish();
 ROLLBACK;

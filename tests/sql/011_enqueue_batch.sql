@@ -1,6 +1,6 @@
 -- queue.enqueue_batch: ids in payload order, shared stage/priority/run_at, all or nothing, errors.
 BEGIN;
-SELECT plan(30);
+SELECT plan(31);
 
 CREATE TEMP TABLE batch AS
 SELECT b.id, b.ord
@@ -95,6 +95,9 @@ SELECT throws_ok($$SELECT queue.enqueue_batch(ARRAY['{}'::jsonb, '{}'::jsonb,
                                               stage => 'bad')$$,
                  '54000', 'payloads[3]: payload too large',
                  'an element over 1 MiB rejects the batch with 54000 and names payloads[3]');
+SELECT throws_ok($$SELECT queue.enqueue_batch(ARRAY(SELECT c.p FROM (SELECT pg_catalog.jsonb_build_object('blob', pg_catalog.repeat('skiplock ', 500000)) AS p) c), stage => 'bad')$$,
+                 '54000', 'payloads[1]: payload too large',
+                 'an element of 4.5 MB of repeated text (compressed, read from a column) is measured uncompressed');
 SELECT throws_ok($$SELECT queue.enqueue_batch(NULL, stage => 'bad')$$,
                  '22023', 'payloads must be an array of at most 100000 payloads',
                  'a NULL array raises 22023');

@@ -3,7 +3,7 @@
 -- run_sql_tasks itself commits, so it cannot run inside this transaction: tests/py/test_sql_tasks.py
 -- drives it.
 BEGIN;
-SELECT plan(61);
+SELECT plan(62);
 
 CREATE ROLE skiplock_t_alice NOLOGIN IN ROLE skiplock_sql;
 CREATE ROLE skiplock_t_bob NOLOGIN IN ROLE skiplock_sql;
@@ -27,6 +27,10 @@ SELECT throws_ok($$SELECT queue.enqueue_sql('SELECT 1', stage => '*')$$, '22023'
 SELECT throws_ok($$SELECT queue.enqueue_sql('SELECT 1', repeat => '10 ms')$$, '22023', NULL, 'a repeat under 1 second is 22023, as for enqueue');
 SELECT throws_ok(format('SELECT queue.enqueue_sql(%L)', 'SELECT ''' || repeat('x', 1048576) || ''''), '54000', NULL, 'a request over 1 MiB is 54000');
 RESET ROLE;
+-- Issue 54, item 4: a request read from a table column arrives compressed; the limit is its real size.
+CREATE TEMP TABLE big_request AS SELECT 'SELECT ''' || repeat('skiplock ', 250000) || '''' AS r;
+SELECT throws_ok($$SELECT queue.enqueue_sql(b.r) FROM big_request b WHERE pg_catalog.pg_column_size(b.r) < 1048576$$,
+                 '54000', 'request too large', 'a 2.25 MB request stored compressed in a column is measured uncompressed: 54000');
 SELECT is((SELECT count(*) FROM queue.live_tasks), 0::bigint, 'rejected calls wrote nothing');
 
 -- What a task holds.
@@ -36,10 +40,11 @@ INSERT INTO ids VALUES ('later', queue.enqueue_sql('SELECT 2', stage => 'reports
                                                      timeout => '30 seconds', priority => -3, keep_history => false));
 INSERT INTO ids VALUES ('periodic', queue.enqueue_sql('SELECT 3', stage => 'reports', repeat => '5 minutes', drift => false));
 RESET ROLE;
-SELECT results_eq($$SELECT t.stage, t.status::text, t.run_as::text, t.payload FROM queue.live_tasks t JOIN ids USING (id) WHERE ids.name = 'now'$$,
-                  $$VALUES ('sql', 'ready', 'skiplock_t_alice', '{"sql": "SELECT now()", "timeout": null, "keep_history": true}'::jsonb)$$,
-                  'enqueue_sql: stage ''sql'' by default, ready, run as the caller, the request in the payload');
-SELECT results_eq($$SELECT t.stage, t.priority, t.run_at > now(), t.payload FROM queue.live_tasks t JOIN ids USING (id) WHERE ids.name = 'later'$$,
+SELECT results_eq($$SELECT t.stage, t.status::text, t.run_as::text, t.payload - 'nonce', (t.payload ->> 'nonce')::uuid IS NOT NULL
+                      FROM queue.live_tasks t JOIN ids USING (id) WHERE ids.name = 'now'$$,
+                  $$VALUES ('sql', 'ready', 'skiplock_t_alice', '{"sql": "SELECT now()", "timeout": null, "keep_history": true}'::jsonb, true)$$,
+                  'enqueue_sql: stage ''sql'' by default, ready, run as the caller, the request in the payload with a random nonce');
+SELECT results_eq($$SELECT t.stage, t.priority, t.run_at > now(), t.payload - 'nonce' FROM queue.live_tasks t JOIN ids USING (id) WHERE ids.name = 'later'$$,
                   $$VALUES ('reports', -3, true, '{"sql": "SELECT 2", "timeout": "00:00:30", "keep_history": false}'::jsonb)$$,
                   'enqueue_sql keeps stage, priority, run_at, timeout and keep_history');
 SELECT results_eq($$SELECT t.repeat, t.drift FROM queue.live_tasks t JOIN ids USING (id) WHERE ids.name = 'periodic'$$,

@@ -79,6 +79,11 @@ def run_once(url: str, lock_timeout: str) -> None:
                 how = lock_queue_tables(connection, float(nowait))
                 log.info("skiplock: queue tables locked (%s)", how)
             context.run_migrations()
+            # Every skiplock role may read which revision the database is at (the CLI warns any
+            # login whose database is behind the package); the table holds one id, nothing else.
+            if connection.execute(text("SELECT pg_catalog.to_regclass('queue.skiplock_version') IS NOT NULL")).scalar():
+                connection.execute(text("GRANT SELECT ON queue.skiplock_version TO skiplock_producer, skiplock_worker,"
+                                        " skiplock_monitor, skiplock_admin, skiplock_sql"))
 
 
 def run_migrations_online() -> None:

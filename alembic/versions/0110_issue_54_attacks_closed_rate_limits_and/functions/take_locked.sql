@@ -8,7 +8,7 @@
 -- attempt not counted; a rolled-back savepoint undoes its takes. Call it inside BEGIN … COMMIT,
 -- for short tasks: the open transaction holds back vacuum. Skips SQL tasks; a paused stage hands
 -- out nothing; finding nothing due, it marks the stage as waited on (stage_waiters), as take_next does.
--- Raises 22004/22023 for a bad stage or batch, 0A000 for a stage with max_running or group_limit,
+-- Raises 22004/22023 for a bad stage or batch, 0A000 for a stage with max_running, group_limit or rate_limit,
 -- 42501 for a restricted stage. Locks the claimed rows until the transaction ends.
 CREATE OR REPLACE FUNCTION queue.take_locked(
         stage text    DEFAULT 'default',
@@ -51,7 +51,7 @@ BEGIN
     IF v_settings.restricted THEN
         PERFORM queue._check_access(take_locked.stage, 'take');
     END IF;
-    IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL THEN
+    IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL OR v_settings.rate_limit IS NOT NULL THEN
         PERFORM queue._raise_bad_argument('take_locked', 'limits', take_locked.stage);
     END IF;
     IF v_settings.paused THEN
@@ -160,3 +160,26 @@ $$;
 COMMENT ON FUNCTION queue.take_locked(text, integer) IS 'Claims up to batch due tasks for the caller''s transaction: row lock plus a signed entry in the transaction-local setting skiplock.held, no lease. End each there with finish_locked or fail_locked; short tasks only. 0A000 for limited stages.';
 REVOKE ALL ON FUNCTION queue.take_locked(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.take_locked(text, integer) TO skiplock_worker, skiplock_admin;
+
+-- take_locked(stages, batch): take_locked from several stages, fairly: up to `batch` tasks for the
+-- caller's transaction, each with the stage it came from, served as take_next(stages) serves them
+-- (names and 'prefix*', round robin by weight from the session's last turn). A stage found by a
+-- prefix is skipped when the caller may not take from it or it has limits; one named outright
+-- raises as take_locked(stage) does. End each task with finish_locked or fail_locked, as usual.
+-- Raises 22004/22023 for bad stages or batch, 0A000 on Citus, and what take_locked raises.
+-- Locks the claimed rows until the transaction ends.
+CREATE OR REPLACE FUNCTION queue.take_locked(
+        stages text[],
+        batch  integer DEFAULT 1)
+    RETURNS TABLE (stage text, id bigint, payload jsonb, attempt integer, priority integer, key text)
+    LANGUAGE sql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT t.stage, t.id, t.payload, t.attempt, t.priority, t.key
+      FROM queue._take_turns('locked', take_locked.stages, take_locked.batch, NULL, NULL) t
+$$;
+COMMENT ON FUNCTION queue.take_locked(text[], integer) IS 'Claims up to batch due tasks from several stages (names, or prefixes such as ''tenant.*'') for the caller''s transaction, round robin by stage weight; each row names its stage. Prefix stages that are limited or not granted are skipped. 0A000 on Citus.';
+REVOKE ALL ON FUNCTION queue.take_locked(text[], integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.take_locked(text[], integer) TO skiplock_worker, skiplock_admin;

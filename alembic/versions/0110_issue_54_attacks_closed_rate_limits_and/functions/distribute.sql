@@ -1,6 +1,6 @@
 -- distribute(): spread skiplock over a Citus cluster (run on the coordinator, as a superuser, after
--- every upgrade). The hot table, the history and the waiter marks are distributed by stage in one
--- colocation group; the small tables become reference tables; the worker-side calls are
+-- every upgrade). The hot table, the history, the waiter marks and the rate windows are distributed
+-- by stage in one colocation group; the small tables become reference tables; the worker-side calls are
 -- registered for delegation by their stage argument, forced for the worker calls but finish (inside
 -- a transaction too: a take's per-stage lock and a task's row locks stay on one node). Functions
 -- that plan generically on one server plan per call here (Citus cannot route a generic plan).
@@ -30,13 +30,13 @@ BEGIN
     -- One connection per node for the whole run: Citus propagates function DDL only over those.
     PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
     -- The tables: the hot table's group first, the small ones copied to every node.
-    FOREACH v_table IN ARRAY ARRAY['live_tasks', 'history', 'stage_waiters', 'stage_settings', 'stage_access',
+    FOREACH v_table IN ARRAY ARRAY['live_tasks', 'history', 'stage_waiters', 'rate_windows', 'stage_settings', 'stage_access',
                                    'history_policy', 'schedules', 'fence_key', 'reaper_clock']
     LOOP
         EXECUTE pg_catalog.format('SELECT EXISTS (SELECT FROM pg_catalog.%I p WHERE p.logicalrelid = $1)', 'pg_dist_partition')
            INTO v_done USING pg_catalog.format('queue.%I', v_table)::regclass;
         CONTINUE WHEN v_done;
-        IF v_table IN ('live_tasks', 'history', 'stage_waiters') THEN
+        IF v_table IN ('live_tasks', 'history', 'stage_waiters', 'rate_windows') THEN
             EXECUTE pg_catalog.format('SELECT pg_catalog.%I($1, %L, colocate_with => $2)', 'create_distributed_table', 'stage')
               USING pg_catalog.format('queue.%I', v_table)::regclass,
                     CASE WHEN v_table = 'live_tasks' THEN 'none' ELSE 'queue.live_tasks' END;

@@ -29,17 +29,16 @@ PAGE = 50                  # rows of a task list
 PAYLOAD_SHOWN = 20_000     # characters of a payload or result a page shows
 BULK_CHUNK = 500           # tasks one bulk transaction retries or cancels
 
-# Which stages the login may see: open stages, and restricted ones (grant_stage) only to members of
-# a role granted on them, or of skiplock_admin. Joined into every read that lists stages.
-VISIBLE = """
-    visible AS (
-        SELECT c.stage, c.paused, c.max_running, c.group_limit, c.restricted
+# The stages the login may not see: restricted ones (grant_stage) unless it is a member of a role
+# granted on them, or of skiplock_admin. Every read filters its stages with `NOT IN hidden`.
+HIDDEN = """
+    hidden AS (
+        SELECT c.stage
           FROM queue.stage_config c
-         WHERE c.stage <> '*'
-           AND (NOT c.restricted
-                OR pg_catalog.pg_has_role(current_user, 'skiplock_admin', 'MEMBER')
-                OR EXISTS (SELECT FROM pg_catalog.unnest(c.enqueue_roles || c.take_roles) AS r(role)
-                            WHERE pg_catalog.pg_has_role(current_user, r.role::oid, 'MEMBER'))))
+         WHERE c.restricted
+           AND NOT pg_catalog.pg_has_role(current_user, 'skiplock_admin', 'MEMBER')
+           AND NOT EXISTS (SELECT FROM pg_catalog.unnest(c.enqueue_roles || c.take_roles) AS r(role)
+                            WHERE pg_catalog.pg_has_role(current_user, r.role::oid, 'MEMBER')))
 """
 
 
@@ -62,7 +61,7 @@ def overview(conn: psycopg.Connection) -> list[dict[str, Any]]:
     """One row a visible stage: live counts, lag, last minute's finishes, pause and limits."""
     cur = conn.cursor(row_factory=dict_row)
     return cur.execute(f"""
-        WITH {VISIBLE},
+        WITH {HIDDEN},
         m AS (SELECT m.stage,
                      pg_catalog.sum(m.tasks) FILTER (WHERE m.status = 'running') AS running,
                      pg_catalog.sum(m.tasks) FILTER (WHERE m.status = 'error') AS error,
@@ -76,14 +75,21 @@ def overview(conn: psycopg.Connection) -> list[dict[str, Any]]:
         later AS (SELECT t.stage, pg_catalog.count(*) AS scheduled
                     FROM queue.tasks t
                    WHERE t.finished IS NULL AND t.status = 'ready' AND t.run_at > pg_catalog.now()
-                   GROUP BY t.stage)
+                   GROUP BY t.stage),
+        stages AS (SELECT m.stage FROM m UNION SELECT c.stage FROM queue.stage_config c WHERE c.stage <> '*'),
+        v AS (SELECT st.stage, coalesce(c.paused, d.paused) AS paused, coalesce(c.max_running, d.max_running) AS max_running,
+                     coalesce(c.group_limit, d.group_limit) AS group_limit, coalesce(c.restricted, false) AS restricted
+                FROM stages st
+                LEFT JOIN queue.stage_config c ON c.stage = st.stage
+                LEFT JOIN queue.stage_config d ON d.stage = '*'
+               WHERE st.stage NOT IN (SELECT x.stage FROM hidden x))
         SELECT v.stage, v.paused, v.max_running, v.group_limit, v.restricted,
                coalesce(m.ready_all, 0) - coalesce(l.scheduled, 0) AS ready,
                coalesce(l.scheduled, 0) AS scheduled, coalesce(m.running, 0) AS running,
                coalesce(m.error, 0) AS error, coalesce(m.lag, 0) AS lag, coalesce(m.longest_run, 0) AS longest_run,
                coalesce(m.done_per_min, 0) AS done_per_min, coalesce(m.failed_per_min, 0) AS failed_per_min,
                coalesce(m.cancelled_per_min, 0) AS cancelled_per_min
-          FROM visible v
+          FROM v
           LEFT JOIN m ON m.stage = v.stage
           LEFT JOIN later l ON l.stage = v.stage
          ORDER BY v.stage""").fetchall()
@@ -93,19 +99,25 @@ def hourly(conn: psycopg.Connection, hours: int = 24, stage: str | None = None) 
     """Finished runs per hour over the last `hours` (visible stages, or one), from queue.hourly."""
     cur = conn.cursor(row_factory=dict_row)
     return cur.execute(f"""
-        WITH {VISIBLE}
+        WITH {HIDDEN}
         SELECT h.hour, pg_catalog.sum(h.done)::bigint AS done, pg_catalog.sum(h.fatal)::bigint AS fatal,
                pg_catalog.sum(h.cancelled)::bigint AS cancelled
           FROM queue.hourly h
          WHERE h.hour > pg_catalog.now() - pg_catalog.make_interval(hours => %(hours)s)
-           AND h.stage IN (SELECT v.stage FROM visible v)
+           AND h.stage NOT IN (SELECT x.stage FROM hidden x)
            AND (%(stage)s::text IS NULL OR h.stage = %(stage)s)
          GROUP BY h.hour ORDER BY h.hour""", {"hours": hours, "stage": stage}).fetchall()
 
 
 def stage_visible(conn: psycopg.Connection, stage: str) -> dict[str, Any] | None:
     cur = conn.cursor(row_factory=dict_row)
-    return cur.execute(f"WITH {VISIBLE} SELECT v.* FROM visible v WHERE v.stage = %s", (stage,)).fetchone()
+    return cur.execute(f"""
+        WITH {HIDDEN}
+        SELECT %(stage)s AS stage, coalesce(c.paused, d.paused) AS paused, coalesce(c.max_running, d.max_running) AS max_running,
+               coalesce(c.group_limit, d.group_limit) AS group_limit, coalesce(c.restricted, false) AS restricted
+          FROM queue.stage_config d
+          LEFT JOIN queue.stage_config c ON c.stage = %(stage)s
+         WHERE d.stage = '*' AND %(stage)s NOT IN (SELECT x.stage FROM hidden x)""", {"stage": stage}).fetchone()
 
 
 @dataclass
@@ -167,7 +179,7 @@ def task(conn: psycopg.Connection, task_id: int) -> list[dict[str, Any]]:
     """Every row of the task (its live row and each finished run or stage), oldest first, payload and result bounded."""
     cur = conn.cursor(row_factory=dict_row)
     return cur.execute(f"""
-        WITH {VISIBLE}
+        WITH {HIDDEN}
         SELECT t.id, t.stage, t.status::text AS status, t.priority, t.key, t.group_key, t.attempt, t.run_at,
                t.created, t.updated, t.started, t.finished, t.worker, t.lease_expires, t.repeat, t.run_as::text AS run_as,
                t.error_text AS error, t.finished - t.started AS run_time,
@@ -176,7 +188,7 @@ def task(conn: psycopg.Connection, task_id: int) -> list[dict[str, Any]]:
                pg_catalog.left(t.result::text, {PAYLOAD_SHOWN}) AS result,
                pg_catalog.length(t.result::text) AS result_length
           FROM queue.tasks t
-         WHERE t.id = %s AND t.stage IN (SELECT v.stage FROM visible v)
+         WHERE t.id = %s AND t.stage NOT IN (SELECT x.stage FROM hidden x)
          ORDER BY t.finished NULLS LAST, t.created""", (task_id,)).fetchall()
 
 
@@ -184,9 +196,9 @@ def errors(conn: psycopg.Connection, stage: str | None = None, limit: int = 200)
     """Failures grouped by stage and error text (queue.errors), most recent first."""
     cur = conn.cursor(row_factory=dict_row)
     return cur.execute(f"""
-        WITH {VISIBLE}
+        WITH {HIDDEN}
         SELECT e.stage, e.error, e.tasks, e.last_seen FROM queue.errors e
-         WHERE e.stage IN (SELECT v.stage FROM visible v) AND (%(stage)s::text IS NULL OR e.stage = %(stage)s)
+         WHERE e.stage NOT IN (SELECT x.stage FROM hidden x) AND (%(stage)s::text IS NULL OR e.stage = %(stage)s)
          ORDER BY e.last_seen DESC LIMIT %(limit)s""", {"stage": stage, "limit": limit}).fetchall()
 
 
@@ -194,14 +206,15 @@ def schedules(conn: psycopg.Connection) -> list[dict[str, Any]]:
     """Cron schedules (queue.schedules) with their stage's pause, and periodic tasks (repeat) that are live."""
     cur = conn.cursor(row_factory=dict_row)
     return cur.execute(f"""
-        WITH {VISIBLE}
+        WITH {HIDDEN}
         SELECT 'cron' AS kind, s.name, s.cron AS every, s.stage, s.timezone, s.next_fire AS next_run,
                s.last_fired AS last_run, NULL::bigint AS id, v.paused
-          FROM queue.schedules s JOIN visible v ON v.stage = s.stage
+          FROM queue.schedules s JOIN queue.stage_config v ON v.stage = s.stage
+         WHERE s.stage NOT IN (SELECT x.stage FROM hidden x)
         UNION ALL
         SELECT 'repeat', NULL, t.repeat::text, t.stage, NULL, t.run_at, t.started, t.id, v.paused
-          FROM queue.tasks t JOIN visible v ON v.stage = t.stage
-         WHERE t.finished IS NULL AND t.repeat IS NOT NULL
+          FROM queue.tasks t JOIN queue.stage_config v ON v.stage = t.stage
+         WHERE t.finished IS NULL AND t.repeat IS NOT NULL AND t.stage NOT IN (SELECT x.stage FROM hidden x)
          ORDER BY 1, 2, 8""").fetchall()
 
 
@@ -209,19 +222,19 @@ def sql_tasks(conn: psycopg.Connection, stage: str, limit: int = PAGE) -> list[d
     """A stage's SQL tasks (enqueue_sql): the live ones, then the latest finished with their results (bounded)."""
     cur = conn.cursor(row_factory=dict_row)
     return cur.execute(f"""
-        WITH {VISIBLE}
+        WITH {HIDDEN}
         (SELECT t.id, t.status::text AS status, t.run_as::text AS run_as, t.run_at, t.finished,
                 pg_catalog.left(t.payload ->> 'sql', 500) AS request, t.error_text AS error,
                 pg_catalog.left(t.result::text, 2000) AS result
            FROM queue.tasks t
-          WHERE t.stage = %(stage)s AND t.stage IN (SELECT v.stage FROM visible v)
+          WHERE t.stage = %(stage)s AND t.stage NOT IN (SELECT x.stage FROM hidden x)
             AND t.finished IS NULL AND t.run_as IS NOT NULL
           ORDER BY t.id DESC LIMIT %(limit)s)
         UNION ALL
         (SELECT t.id, t.status::text, t.run_as::text, t.run_at, t.finished,
                 pg_catalog.left(t.payload ->> 'sql', 500), t.error_text, pg_catalog.left(t.result::text, 2000)
            FROM queue.tasks t
-          WHERE t.stage = %(stage)s AND t.stage IN (SELECT v.stage FROM visible v)
+          WHERE t.stage = %(stage)s AND t.stage NOT IN (SELECT x.stage FROM hidden x)
             AND t.finished IS NOT NULL AND t.run_as IS NOT NULL
           ORDER BY t.finished DESC LIMIT %(limit)s)""", {"stage": stage, "limit": limit}).fetchall()
 
@@ -230,12 +243,12 @@ def workers(conn: psycopg.Connection) -> list[dict[str, Any]]:
     """Workers holding leases now: their running tasks per stage, the oldest start and the first lease to expire."""
     cur = conn.cursor(row_factory=dict_row)
     return cur.execute(f"""
-        WITH {VISIBLE}
+        WITH {HIDDEN}
         SELECT t.worker, t.stage, pg_catalog.count(*) AS running, pg_catalog.min(t.started) AS since,
                pg_catalog.min(t.lease_expires) AS lease_expires,
                pg_catalog.count(*) FILTER (WHERE t.lease_expires < pg_catalog.now()) AS expired
           FROM queue.tasks t
-         WHERE t.finished IS NULL AND t.status = 'running' AND t.stage IN (SELECT v.stage FROM visible v)
+         WHERE t.finished IS NULL AND t.status = 'running' AND t.stage NOT IN (SELECT x.stage FROM hidden x)
          GROUP BY t.worker, t.stage ORDER BY t.worker, t.stage""").fetchall()
 
 

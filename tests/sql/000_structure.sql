@@ -247,8 +247,9 @@ SELECT set_eq(
        WHERE c.relnamespace = 'queue'::regnamespace
          AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
          AND pg_catalog.has_table_privilege('skiplock_monitor', c.oid, 'SELECT')$$,
-    ARRAY['queue.tasks', 'queue.stats', 'queue.errors', 'queue.hourly', 'queue.metrics', 'queue.stage_config', 'queue.schedules'],
-    'skiplock_monitor may read exactly the views queue.tasks, queue.stats, queue.errors, queue.hourly, queue.metrics, queue.stage_config and the table queue.schedules'
+    ARRAY['queue.tasks', 'queue.stats', 'queue.errors', 'queue.hourly', 'queue.metrics', 'queue.stage_config',
+          'queue.finished_totals', 'queue.schedules'],
+    'skiplock_monitor may read exactly the views queue.tasks, queue.stats, queue.errors, queue.hourly, queue.metrics, queue.stage_config, queue.finished_totals and the table queue.schedules'
 );
 
 SELECT set_eq(

@@ -334,9 +334,23 @@ def test_screenshots(db: str, servers: dict[str, Server], browser: Any, conn: ps
     conn.execute("SELECT queue.take_next('ocr', 3, worker => 'ocr-worker-1:4211')")
     for _ in range(2):
         fail(conn, "thumbnails", "PIL.UnidentifiedImageError: cannot identify image file 'doc-7.pdf'", fatal=False)
-    task_id = fail(conn, "ocr", "TimeoutError: OCR service did not answer within 30 s")
+    fail(conn, "ocr", "TimeoutError: OCR service did not answer within 30 s")
+    # A task through a pipeline: rendered, then its OCR fails and waits for a retry.
+    (task_id,) = [r[0] for r in conn.execute(
+        "SELECT queue.enqueue('{\"document\": \"invoice-2291.pdf\", \"pages\": 3}', stage => 'render', priority => -10)")]
+    conn.execute("SELECT queue.finish(t.id, t.lease, next_stage => 'ocr') FROM queue.take_next('render', worker => 'render-2:811') t")
+    conn.execute("SELECT queue.fail(t.id, t.lease, 'TimeoutError: OCR service did not answer within 30 s') "
+                 "  FROM queue.take_next('ocr', worker => 'ocr-worker-1:4211') t")
     conn.execute("SELECT queue.configure_stage('notify-email', paused => true, max_running => 4)")
     conn.execute("SELECT queue.schedule('nightly-report', '0 3 * * *', 'reports')")
+    # A day of finished runs for the chart (the dashboard reads them from queue.hourly).
+    conn.execute("""
+        INSERT INTO queue.history (id, stage, status, priority, run_at, payload, attempt, created, started, finished, error_text)
+        SELECT 900000 + g, (ARRAY['thumbnails', 'ocr', 'render'])[1 + g % 3],
+               CASE WHEN g % 23 = 0 THEN 'fatal' ELSE 'done' END::queue.task_status, 0, f, '{}', 1, f, f, f,
+               CASE WHEN g % 23 = 0 THEN 'TimeoutError: OCR service did not answer within 30 s' END
+          FROM generate_series(1, 4000) g,
+               LATERAL (SELECT now() - interval '23 hours' * (g % 97 / 97.0) ^ 1.6 AS f) t""")
     browser.get(servers["admin"].base + "/")
     os.makedirs(folder, exist_ok=True)
     browser.save_screenshot(os.path.join(folder, "dashboard-overview.png"))

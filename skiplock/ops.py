@@ -58,41 +58,49 @@ def who(conn: psycopg.Connection) -> Who:
 
 
 def overview(conn: psycopg.Connection) -> list[dict[str, Any]]:
-    """One row a visible stage: live counts, lag, last minute's finishes, pause and limits."""
+    """One row a visible stage: live counts and lag (one pass over the live tasks), the last minute's
+    finishes (one range scan of history's (stage, finished) index), pause and limits."""
     cur = conn.cursor(row_factory=dict_row)
     return cur.execute(f"""
         WITH {HIDDEN},
-        m AS (SELECT m.stage,
-                     pg_catalog.sum(m.tasks) FILTER (WHERE m.status = 'running') AS running,
-                     pg_catalog.sum(m.tasks) FILTER (WHERE m.status = 'error') AS error,
-                     pg_catalog.sum(m.tasks) FILTER (WHERE m.status = 'ready') AS ready_all,
-                     pg_catalog.max(m.oldest_age_seconds) FILTER (WHERE m.status IN ('ready', 'error')) AS lag,
-                     pg_catalog.max(m.oldest_age_seconds) FILTER (WHERE m.status = 'running') AS longest_run,
-                     pg_catalog.sum(m.finished_last_minute) FILTER (WHERE m.status = 'done') AS done_per_min,
-                     pg_catalog.sum(m.finished_last_minute) FILTER (WHERE m.status = 'fatal') AS failed_per_min,
-                     pg_catalog.sum(m.finished_last_minute) FILTER (WHERE m.status = 'cancelled') AS cancelled_per_min
-                FROM queue.metrics m GROUP BY m.stage),
-        later AS (SELECT t.stage, pg_catalog.count(*) AS scheduled
-                    FROM queue.tasks t
-                   WHERE t.finished IS NULL AND t.status = 'ready' AND t.run_at > pg_catalog.now()
-                   GROUP BY t.stage),
-        stages AS (SELECT m.stage FROM m UNION SELECT c.stage FROM queue.stage_config c WHERE c.stage <> '*'),
-        v AS (SELECT st.stage, coalesce(c.paused, d.paused) AS paused, coalesce(c.max_running, d.max_running) AS max_running,
-                     coalesce(c.group_limit, d.group_limit) AS group_limit, coalesce(c.restricted, false) AS restricted
-                FROM stages st
-                LEFT JOIN queue.stage_config c ON c.stage = st.stage
-                LEFT JOIN queue.stage_config d ON d.stage = '*'
-               WHERE st.stage NOT IN (SELECT x.stage FROM hidden x))
-        SELECT v.stage, v.paused, v.max_running, v.group_limit, v.restricted,
-               coalesce(m.ready_all, 0) - coalesce(l.scheduled, 0) AS ready,
-               coalesce(l.scheduled, 0) AS scheduled, coalesce(m.running, 0) AS running,
-               coalesce(m.error, 0) AS error, coalesce(m.lag, 0) AS lag, coalesce(m.longest_run, 0) AS longest_run,
-               coalesce(m.done_per_min, 0) AS done_per_min, coalesce(m.failed_per_min, 0) AS failed_per_min,
-               coalesce(m.cancelled_per_min, 0) AS cancelled_per_min
-          FROM v
-          LEFT JOIN m ON m.stage = v.stage
-          LEFT JOIN later l ON l.stage = v.stage
-         ORDER BY v.stage""").fetchall()
+        stages AS (
+            SELECT st.stage, coalesce(c.paused, d.paused) AS paused, coalesce(c.max_running, d.max_running) AS max_running,
+                   coalesce(c.group_limit, d.group_limit) AS group_limit, coalesce(c.restricted, false) AS restricted
+              FROM (SELECT c.stage FROM queue.stage_config c WHERE c.stage <> '*'
+                    UNION
+                    SELECT h.stage FROM queue._history_stages() AS h(stage)) st
+              LEFT JOIN queue.stage_config c ON c.stage = st.stage
+              LEFT JOIN queue.stage_config d ON d.stage = '*'
+             WHERE st.stage NOT IN (SELECT x.stage FROM hidden x)),
+        live AS (
+            SELECT t.stage,
+                   pg_catalog.count(*) FILTER (WHERE t.status = 'ready' AND t.run_at <= pg_catalog.now()) AS ready,
+                   pg_catalog.count(*) FILTER (WHERE t.status = 'ready' AND t.run_at > pg_catalog.now()) AS scheduled,
+                   pg_catalog.count(*) FILTER (WHERE t.status = 'running') AS running,
+                   pg_catalog.count(*) FILTER (WHERE t.status = 'error') AS error,
+                   pg_catalog.max(pg_catalog.now() - t.run_at) FILTER (WHERE t.status <> 'running' AND t.run_at <= pg_catalog.now()) AS lag
+              FROM queue.tasks t
+             WHERE t.finished IS NULL
+             GROUP BY t.stage),
+        recent AS (
+            SELECT t.stage,
+                   pg_catalog.count(*) FILTER (WHERE t.status = 'done') AS done,
+                   pg_catalog.count(*) FILTER (WHERE t.status = 'fatal') AS fatal,
+                   pg_catalog.count(*) FILTER (WHERE t.status = 'cancelled') AS cancelled
+              FROM queue.tasks t
+             WHERE t.stage = ANY (ARRAY(SELECT s.stage FROM stages s))   -- the index's leading column
+               AND t.finished > pg_catalog.now() - interval '1 minute'
+               AND t.finished <= pg_catalog.now()                          -- prunes the partitions made ahead
+             GROUP BY t.stage)
+        SELECT s.stage, s.paused, s.max_running, s.group_limit, s.restricted,
+               coalesce(l.ready, 0) AS ready, coalesce(l.scheduled, 0) AS scheduled, coalesce(l.running, 0) AS running,
+               coalesce(l.error, 0) AS error, l.lag,
+               coalesce(r.done, 0) AS done_per_min, coalesce(r.fatal, 0) AS failed_per_min,
+               coalesce(r.cancelled, 0) AS cancelled_per_min
+          FROM stages s
+          LEFT JOIN live l ON l.stage = s.stage
+          LEFT JOIN recent r ON r.stage = s.stage
+         ORDER BY s.stage""").fetchall()
 
 
 def hourly(conn: psycopg.Connection, hours: int = 24, stage: str | None = None) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ import hmac
 import ipaddress
 import secrets
 import threading
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -45,6 +46,7 @@ from skiplock.errors import describe_error
 ASSETS = Path(__file__).parent / "web_assets"
 CSRF_COOKIE = "skiplock_csrf"
 REFRESH_MS = 2000
+CHART_TTL = 300  # seconds a computed chart is served again: it reads a day of history
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 
@@ -61,7 +63,11 @@ class Pool:
         with self.lock:
             if self.idle:
                 return self.idle.pop()
-        return psycopg.connect(self.url, autocommit=True, application_name="skiplock web")
+        conn = psycopg.connect(self.url, autocommit=True, application_name="skiplock web")
+        # The pages' queries are short; the planner's cost of the views' stage lists would make
+        # PostgreSQL compile some of them (JIT), which costs far more than it saves.
+        conn.execute("SET jit = off")
+        return conn
 
     def put(self, conn: psycopg.Connection) -> None:
         ok = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
@@ -182,9 +188,23 @@ def create_app(url: str, password: str | None = None, refresh_ms: int = REFRESH_
                                                      who=None, csrf="", path="")
         return HTMLResponse(html, status_code=status)
 
+    chart_cache: dict[str, Any] = {"at": -CHART_TTL, "rows": []}
+    chart_lock = threading.Lock()
+
+    def cached_chart(c: psycopg.Connection) -> dict[str, Any]:
+        """The hourly chart, read again only when older than CHART_TTL (one reader at a time): all
+        requests run as the same login, so they all see the same chart."""
+        with chart_lock:
+            if time.monotonic() - chart_cache["at"] >= CHART_TTL:
+                chart_cache["rows"] = ops.hourly(c, 24)
+                chart_cache["at"] = time.monotonic()
+            return chart(chart_cache["rows"])
+
     async def overview(request: Request) -> Response:
-        return await page(request, "overview.html", lambda c: {
-            "stages": ops.overview(c), "chart": chart(ops.hourly(c, 24))})
+        return await page(request, "overview.html", lambda c: {"stages": ops.overview(c), "chart_ttl": CHART_TTL})
+
+    async def chart_fragment(request: Request) -> Response:
+        return await page(request, "_chart.html", lambda c: {"chart": cached_chart(c), "chart_ttl": CHART_TTL})
 
     async def overview_fragment(request: Request) -> Response:
         return await page(request, "_stages.html", lambda c: {"stages": ops.overview(c)})
@@ -278,6 +298,7 @@ def create_app(url: str, password: str | None = None, refresh_ms: int = REFRESH_
     routes = [
         Route("/", overview),
         Route("/fragment/overview", overview_fragment),
+        Route("/fragment/chart", chart_fragment),
         Route("/stage/{stage:path}", stage),
         Route("/task/{id:int}", task),
         Route("/failures", failures),

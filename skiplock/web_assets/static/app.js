@@ -9,6 +9,7 @@ function refresh(el) {
     .catch(function () {});
 }
 document.querySelectorAll("[data-refresh]").forEach(function (el) {
+  if (el.dataset.now) refresh(el);  // a part left out of the page so that the page answers at once
   setInterval(function () { refresh(el); }, parseInt(el.dataset.every || "2000", 10));
 });
 document.addEventListener("submit", function (e) {

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from skiplock import connect, ops
+from skiplock import web as web_app
 from skiplock.cmd_stats import _age
 
 
@@ -112,11 +113,10 @@ def schedules(url: str, args: argparse.Namespace) -> int:
 
 def web(url: str, args: argparse.Namespace) -> int:
     try:
-        from skiplock import web as web_app  # the extra skiplock[web]: Starlette, uvicorn, Jinja
-    except ImportError as e:
+        return web_app.serve(url, args.listen, args.password_file)
+    except ImportError as e:  # the extra skiplock[web]: Starlette, uvicorn, Jinja
         print(f"skiplock web: {e.name} is missing: pip install 'skiplock[web]'")
         return 1
-    return web_app.serve(url, args.listen, args.password_file)
 
 
 def add_parsers(sub: Any, parents: list[argparse.ArgumentParser],

@@ -27,21 +27,20 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-from jinja2 import Environment, FileSystemLoader
-from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
-from starlette.middleware import Middleware
-from starlette.middleware.base import BaseHTTPMiddleware
-from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
-from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
 
 from skiplock import ops
 from skiplock.errors import describe_error
+
+# Starlette, Jinja and uvicorn (the extra skiplock[web]) are imported where the app is made, so
+# that the CLI loads without them and says what to install.
+if TYPE_CHECKING:
+    from jinja2 import Environment
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
 
 ASSETS = Path(__file__).parent / "web_assets"
 CSRF_COOKIE = "skiplock_csrf"
@@ -124,6 +123,7 @@ def chart(rows: list[dict[str, Any]], hours: int = 24, width: int = 720, height:
 
 
 def _env() -> Environment:
+    from jinja2 import Environment, FileSystemLoader
     env = Environment(loader=FileSystemLoader(ASSETS / "templates"), autoescape=True)
     env.filters["age"] = _age
     env.filters["ts"] = _ts
@@ -155,6 +155,14 @@ def _safe_next(value: str | None, default: str = "/") -> str:
 
 
 def create_app(url: str, password: str | None = None, refresh_ms: int = REFRESH_MS) -> Starlette:
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.middleware import Middleware
+    from starlette.middleware.base import BaseHTTPMiddleware
+    from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse
+    from starlette.routing import Mount, Route
+    from starlette.staticfiles import StaticFiles
+
     pool = Pool(url)
     env = _env()
     secret = secrets.token_bytes(32)

@@ -211,6 +211,47 @@ def test_retry_all_of_an_error_group_from_the_failures_page(
     assert status(conn, other, "web.group") == "fatal"
 
 
+def test_bulk_retry_and_cancel_of_selected_tasks_on_a_stage_page(
+        servers: dict[str, Server], browser: Any, conn: psycopg.Connection) -> None:
+    enqueue(conn, "web.bulk", *({"n": i} for i in range(4)))
+    failed = [fail(conn, "web.bulk", f"error {i}") for i in range(3)]
+    browser.get(servers["admin"].base + "/stage/web.bulk?status=fatal")
+    for box in browser.find_elements(By.CSS_SELECTOR, "tr.task input[name=id]"):
+        if int(box.get_attribute("value")) in failed[:2]:
+            box.click()
+    browser.find_element(By.CSS_SELECTOR, "button[formaction='/action/retry']").click()
+    wait_for(lambda: "retried 2" in browser.page_source, "the bulk retry's confirmation")
+    assert [status(conn, i, "web.bulk") for i in failed] == ["ready", "ready", "fatal"]
+    browser.get(servers["admin"].base + "/stage/web.bulk?status=ready")
+    browser.execute_script("window.confirm = () => true")
+    browser.find_element(By.ID, "select-all").click()
+    browser.find_element(By.CSS_SELECTOR, "button[formaction='/action/cancel']").click()
+    wait_for(lambda: "cancelled 3" in browser.page_source, "the bulk cancel's confirmation")
+    assert conn.execute("SELECT count(*) FROM queue.tasks WHERE stage = 'web.bulk' AND finished IS NULL").fetchone() == (0,)
+
+
+def test_run_now_is_offered_only_where_the_database_has_run_schedule_now(
+        servers: dict[str, Server], browser: Any, conn: psycopg.Connection) -> None:
+    conn.execute("SELECT queue.schedule('web-nightly', '0 3 * * *', 'web.cron')")
+    browser.get(servers["admin"].base + "/schedules")
+    assert browser.find_elements(By.CSS_SELECTOR, "form[action='/action/run-now']") == []
+    # A stand-in with the name and signature the dashboard looks for (to_regprocedure).
+    conn.execute("""CREATE FUNCTION queue.run_schedule_now(name text) RETURNS bigint LANGUAGE sql
+                    SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+                    AS $$ SELECT queue.enqueue(s.payload, stage => s.stage) FROM queue.schedules s WHERE s.name = $1 $$""")
+    conn.execute("REVOKE ALL ON FUNCTION queue.run_schedule_now(text) FROM PUBLIC")
+    conn.execute("GRANT EXECUTE ON FUNCTION queue.run_schedule_now(text) TO skiplock_admin")
+    try:
+        browser.get(servers["admin"].base + "/schedules")
+        browser.find_element(By.CSS_SELECTOR, "form[action='/action/run-now'] button").click()
+        wait_for(lambda: "ran web-nightly" in browser.page_source, "the run-now's confirmation")
+        assert conn.execute("SELECT count(*) FROM queue.tasks WHERE stage = 'web.cron'").fetchone() == (1,)
+        browser.get(servers["monitor"].base + "/schedules")
+        assert browser.find_elements(By.CSS_SELECTOR, "form[action='/action/run-now']") == []
+    finally:
+        conn.execute("DROP FUNCTION queue.run_schedule_now(text)")
+
+
 def test_pause_and_resume_change_what_a_worker_takes(
         db: str, servers: dict[str, Server], browser: Any, conn: psycopg.Connection) -> None:
     (task_id,) = enqueue(conn, "web.pause", {"n": 1})

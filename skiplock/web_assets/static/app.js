@@ -18,6 +18,6 @@ document.addEventListener("submit", function (e) {
 });
 document.addEventListener("change", function (e) {
   if (e.target.id === "select-all") {
-    document.querySelectorAll("input[name=id]").forEach(function (c) { c.checked = e.target.checked; });
+    document.querySelectorAll("input[type=checkbox][name=id]").forEach(function (c) { c.checked = e.target.checked; });
   }
 });

@@ -113,7 +113,7 @@ def schedules(url: str, args: argparse.Namespace) -> int:
 
 def web(url: str, args: argparse.Namespace) -> int:
     try:
-        return web_app.serve(url, args.listen, args.password_file)
+        return web_app.serve(url, args.listen, args.password_file, tuple(args.allow_host or ()))
     except ImportError as e:  # the extra skiplock[web]: Starlette, uvicorn, Jinja
         print(f"skiplock web: {e.name} is missing: pip install 'skiplock[web]'")
         return 1
@@ -176,4 +176,7 @@ def add_parsers(sub: Any, parents: list[argparse.ArgumentParser],
     p.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT", help="address (default 127.0.0.1:8080)")
     p.add_argument("--password-file", metavar="FILE",
                    help="require HTTP Basic (any user name) or Bearer auth with the first line of FILE as the password")
+    p.add_argument("--allow-host", action="append", metavar="NAME",
+                   help="without --password-file, also answer requests for this Host name (the one a reverse proxy "
+                        "passes); loopback names always (repeatable)")
     p.set_defaults(func=runner(web))

@@ -154,7 +154,22 @@ def _safe_next(value: str | None, default: str = "/") -> str:
     return value
 
 
-def create_app(url: str, password: str | None = None, refresh_ms: int = REFRESH_MS) -> Starlette:
+LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def _host_name(header: str) -> str:
+    """The name in a Host header, without its port (and without the brackets of an IPv6 address)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def create_app(url: str, password: str | None = None, refresh_ms: int = REFRESH_MS,
+               allowed_hosts: tuple[str, ...] = ()) -> Starlette:
+    """The app, as the login of url. Without a password it answers only requests whose Host is a
+    loopback name or one of allowed_hosts: a page of another site that resolves its own name to
+    127.0.0.1 (DNS rebinding) gets nothing."""
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.middleware import Middleware
@@ -317,7 +332,12 @@ def create_app(url: str, password: str | None = None, refresh_ms: int = REFRESH_
         Route("/action/{name}", refuse_get, methods=["GET"]),
         Mount("/static", StaticFiles(directory=ASSETS / "static"), name="static"),
     ]
+    hosts = {h.lower().strip("[]") for h in (*LOCAL_NAMES, *allowed_hosts)}
+
     async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        if password is None and _host_name(request.headers.get("host", "")) not in hosts:
+            return PlainTextResponse("refused: unexpected Host header (skiplock web --allow-host NAME, "
+                                     "for a name a reverse proxy passes)", status_code=421)
         if password is not None and not _authorized(request.headers.get("authorization", ""), password):
             return PlainTextResponse("authentication required", status_code=401,
                                      headers={"WWW-Authenticate": 'Basic realm="skiplock", charset="UTF-8"'})
@@ -353,7 +373,7 @@ def _authorized(header: str, password: str) -> bool:
     return hmac.compare_digest(given.encode(), password.encode())
 
 
-def serve(url: str, listen: str, password_file: str | None = None) -> int:
+def serve(url: str, listen: str, password_file: str | None = None, allow_hosts: tuple[str, ...] = ()) -> int:
     import uvicorn
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit():
@@ -367,5 +387,5 @@ def serve(url: str, listen: str, password_file: str | None = None) -> int:
     with psycopg.connect(url, autocommit=True) as conn:  # fail now, not on the first page
         conn.execute("SELECT 1 FROM queue.stage_config LIMIT 1")
     print(f"skiplock web: http://{host}:{port}/ (as the login of --db; Ctrl-C stops)", flush=True)
-    uvicorn.run(create_app(url, password), host=host.strip("[]"), port=int(port), log_level="warning")
+    uvicorn.run(create_app(url, password, allowed_hosts=(host, *allow_hosts)), host=host.strip("[]"), port=int(port), log_level="warning")
     return 0

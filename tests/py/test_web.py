@@ -359,6 +359,15 @@ def test_a_non_local_listen_needs_a_password_and_the_password_is_checked(db: str
         assert httpx.get(server.base + "/", headers={"Authorization": "Bearer s3cret"}, timeout=WAIT).status_code == 200
     finally:
         server.stop()
+    # Without a password, only loopback names (or --allow-host ones) are answered: no DNS rebinding.
+    server = Server(db)
+    try:
+        assert httpx.get(server.base + "/", timeout=WAIT).status_code == 200
+        assert httpx.get(f"http://localhost:{server.port}/", timeout=WAIT).status_code == 200
+        rebound = httpx.get(server.base + "/", headers={"Host": f"evil.example:{server.port}"}, timeout=WAIT)
+        assert rebound.status_code == 421 and "Host" in rebound.text
+    finally:
+        server.stop()
     proc = subprocess.run([sys.executable, "-m", "skiplock", "--db", db, "web", "--listen", "0.0.0.0:1"],
                           capture_output=True, text=True, timeout=WAIT, env=ENV, cwd=ROOT)
     assert proc.returncode != 0 and "without --password-file" in proc.stderr + proc.stdout

@@ -243,8 +243,9 @@ def create_app(url: str, password: str | None = None, refresh_ms: int = REFRESH_
                         id=int(raw_id) if raw_id.isdigit() else None, before=q.get("before", ""))
 
         def read(c: psycopg.Connection) -> dict[str, Any]:
-            rows, cursor = ops.tasks(c, name, f)
-            return {"stage": name, "config": ops.stage_visible(c, name), "rows": rows, "next_cursor": cursor,
+            config = ops.stage_visible(c, name)
+            rows, cursor = ops.tasks(c, name, f) if config else ([], "")  # a hidden stage: not even read
+            return {"stage": name, "config": config, "rows": rows, "next_cursor": cursor,
                     "f": f, "statuses": ("live", *ops.LIVE, *ops.FINAL),
                     "query": {k: v for k, v in q.items() if k != "before"}}
         try:

@@ -324,6 +324,8 @@ def test_a_tenant_sees_only_the_stages_granted_to_it(
     assert "web.tenant_mine" in stages and "web.tenant_theirs" not in stages, stages
     browser.get(f"{servers['tenant'].base}/task/{theirs}")
     assert "not yours" not in browser.page_source and "No such task" in browser.page_source
+    browser.get(f"{servers['tenant'].base}/stage/web.tenant_theirs")
+    assert "not yours" not in browser.page_source and "No such stage" in browser.page_source
     browser.get(f"{servers['tenant'].base}/task/{mine}")
     assert "ours" in browser.find_element(By.ID, "payload").text
     browser.get(servers["admin"].base + "/")  # the admin sees both

@@ -408,3 +408,14 @@ def test_screenshots(db: str, servers: dict[str, Server], browser: Any, conn: ps
     browser.save_screenshot(os.path.join(folder, "dashboard-overview.png"))
     browser.get(f"{servers['admin'].base}/task/{task_id}")
     browser.save_screenshot(os.path.join(folder, "dashboard-task.png"))
+
+
+def test_sql_tasks_and_workers_pages(servers: dict[str, Server], browser: Any, conn: psycopg.Connection) -> None:
+    conn.execute("SELECT queue.enqueue_sql('SELECT 41 + 1 AS answer', stage => 'web.sql')")
+    browser.get(servers["monitor"].base + "/sql?stage=web.sql")
+    assert "SELECT 41 + 1 AS answer" in browser.find_element(By.TAG_NAME, "main").text
+    enqueue(conn, "web.busy", {"n": 1}, {"n": 2})
+    conn.execute("SELECT count(*) FROM queue.take_next('web.busy', 2, worker => 'resizer-7:1234')")
+    browser.get(servers["monitor"].base + "/workers")
+    row = [r for r in browser.find_elements(By.CSS_SELECTOR, "main tr") if "resizer-7:1234" in r.text]
+    assert row and "web.busy" in row[0].text and " 2 " in f" {row[0].text} ", [r.text for r in row]

@@ -25,10 +25,18 @@ CREATE OR REPLACE FUNCTION queue._count_dropped(part regclass)
     VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_stage  text;
+    v_status queue.task_status;
+    v_runs   bigint;
 BEGIN
-    EXECUTE pg_catalog.format(
-        'SELECT queue._count_dropped(h.stage, h.status, pg_catalog.count(*)) FROM %s h GROUP BY h.stage, h.status',
-        _count_dropped.part);
+    -- Read here, written by the call above: on Citus a write from inside the read would run on
+    -- the shards' nodes, as a distributed query nested in a shard's query.
+    FOR v_stage, v_status, v_runs IN EXECUTE pg_catalog.format(
+            'SELECT h.stage, h.status, pg_catalog.count(*) FROM %s h GROUP BY h.stage, h.status', _count_dropped.part)
+    LOOP
+        PERFORM queue._count_dropped(v_stage, v_status, v_runs);
+    END LOOP;
 END
 $$;
 COMMENT ON FUNCTION queue._count_dropped(regclass) IS 'Internal: adds every row of a history partition about to be dropped, detached or emptied to queue.finished_dropped.';

@@ -1,7 +1,8 @@
 """The operator's reads and actions, shared by `skiplock web` and the CLI verbs (cmd_ops).
 
-Every read is one or two queries on the views of schema queue (queue.metrics, queue.tasks,
-queue.stage_config, queue.hourly, queue.errors, queue.schedules); every action is a call of a
+Every read is one or two queries on what skiplock_monitor may read (queue.tasks,
+queue.stage_config, queue.hourly, queue.errors, queue.schedules, and queue._history_stages(), which
+the views call); every action is a call of a
 queue.* function (retry, cancel, set_priority, configure_stage, run_schedule_now) in one short
 transaction on the caller's connection, as the login the user gave: the database decides who may
 do what, and a role without the right gets its 42501.
@@ -47,14 +48,13 @@ class Who:
     user: str
     admin: bool              # may act: a member of skiplock_admin (the database checks again on each call)
     run_now: bool            # queue.run_schedule_now(text) exists in this database
-    revision: str | None
 
 
 def who(conn: psycopg.Connection) -> Who:
     user, admin, run_now = one(conn.execute(
         "SELECT current_user::text, pg_catalog.pg_has_role(current_user, 'skiplock_admin', 'MEMBER'),"
         "       pg_catalog.to_regprocedure('queue.run_schedule_now(text)') IS NOT NULL"))
-    return Who(user, admin, run_now, None)
+    return Who(user, admin, run_now)
 
 
 def overview(conn: psycopg.Connection) -> list[dict[str, Any]]:

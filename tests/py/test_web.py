@@ -393,6 +393,7 @@ def test_screenshots(db: str, servers: dict[str, Server], browser: Any, conn: ps
     conn.execute("SELECT queue.finish(t.id, t.lease, next_stage => 'ocr') FROM queue.take_next('render', worker => 'render-2:811') t")
     conn.execute("SELECT queue.fail(t.id, t.lease, 'TimeoutError: OCR service did not answer within 30 s') "
                  "  FROM queue.take_next('ocr', worker => 'ocr-worker-1:4211') t")
+    conn.execute("SELECT queue.enqueue('{}', stage => 'notify-email', run_at => now() + interval '1 hour') FROM generate_series(1, 3)")
     conn.execute("SELECT queue.configure_stage('notify-email', paused => true, max_running => 4)")
     conn.execute("SELECT queue.schedule('nightly-report', '0 3 * * *', 'reports')")
     # A day of finished runs for the chart (the dashboard reads them from queue.hourly).
@@ -404,6 +405,7 @@ def test_screenshots(db: str, servers: dict[str, Server], browser: Any, conn: ps
           FROM generate_series(1, 4000) g,
                LATERAL (SELECT now() - interval '23 hours' * (g % 97 / 97.0) ^ 1.6 AS f) t""")
     browser.get(servers["admin"].base + "/")
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#chart svg"), "the chart, loaded after the page")
     os.makedirs(folder, exist_ok=True)
     browser.save_screenshot(os.path.join(folder, "dashboard-overview.png"))
     browser.get(f"{servers['admin'].base}/task/{task_id}")

@@ -2,9 +2,10 @@
 SHELL := /bin/bash
 VENV  := .venv
 PY    := $(VENV)/bin/python
-APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl postgresql-15-plpgsql-check postgresql-15-cron libfaketime pgbouncer
+APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl postgresql-15-plpgsql-check postgresql-15-cron libfaketime pgbouncer \
+                chromium chromium-driver prometheus prometheus-postgres-exporter
 
-.PHONY: demo test test-citus citus lint docs bench bench-peers peers-packages profile revision baseline check-schema system-packages venv venv-bench clean
+.PHONY: demo test test-citus citus lint docs screenshots bench-web bench bench-peers peers-packages profile revision baseline check-schema system-packages venv venv-bench clean
 
 ## demo: a throwaway cluster (or DATABASE_URL), migrations, workers draining a pipeline, a summary
 demo: venv
@@ -29,6 +30,14 @@ lint: venv
 ## docs: docs/reference.md from the catalog of a throwaway database migrated to head (skiplock docs)
 docs: venv
 	$(PY) -m skiplock docs --output docs/reference.md
+
+## screenshots: docs/dashboard-overview.png and docs/dashboard-task.png, taken by the browser tests (tests/py/test_web.py)
+screenshots: system-packages venv
+	SKIPLOCK_SCREENSHOTS=$(CURDIR)/docs $(PY) -m pytest tests/py/test_web.py -q -n 0 -k screenshots
+
+## bench-web: what the dashboard costs: each page's time and a live refresh's database time on a large queue (bench/web.py)
+bench-web: venv
+	$(PY) -m bench.web $(BENCH_WEB_ARGS)
 
 ## bench: pgbench workloads against the machine's own ceiling; writes bench/RESULTS.md
 bench: venv-bench

@@ -15,7 +15,19 @@ from typing import Any, Callable
 import psycopg
 
 import skiplock
-from skiplock import cmd_enqueue, cmd_maintain, cmd_migrate, cmd_run_sql, cmd_stats, cmd_worker, connect, demo, devdb, reference
+from skiplock import (
+    cmd_enqueue,
+    cmd_maintain,
+    cmd_migrate,
+    cmd_ops,
+    cmd_run_sql,
+    cmd_stats,
+    cmd_worker,
+    connect,
+    demo,
+    devdb,
+    reference,
+)
 from skiplock.errors import describe_error, reportable
 
 
@@ -312,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=_positive(int), default=4, help="worker processes (default 4)")
     p.set_defaults(func=run_demo)
 
+    cmd_ops.add_parsers(sub, [db], database_url, _int4)  # task, retry, cancel, priority, pause, resume, schedules, web
     reference.add_parser(sub, [db])
     return parser
 

@@ -53,6 +53,23 @@ def _sort(rows: list[tuple]) -> list[tuple]:
     return sorted(rows, key=lambda r: (r[0], ORDER.index(r[1]) if r[1] in ORDER else 99))
 
 
+def paused_stages(conn: psycopg.Connection) -> set[str]:
+    """Stages that workers take nothing of (queue.stage_config.paused); '*' when the defaults are paused."""
+    return {r[0] for r in conn.execute("SELECT stage FROM queue.stage_config WHERE paused").fetchall()}
+
+
+def _mark_paused(table: Table, paused: set[str], shown: set[str]) -> None:
+    """A caption naming the paused stages: their due tasks wait as ready, and nothing else says why."""
+    named = sorted(paused & shown) + (["'*' (the defaults: every stage without its own row)"] if "*" in paused else [])
+    if named:
+        note = f"paused: {', '.join(named)} (workers take nothing of them; skiplock resume STAGE)"
+        table.caption = f"{table.caption}; {note}" if table.caption else note
+
+
+def _stage_label(stage: str, paused: set[str]) -> str:
+    return f"{stage} (paused)" if stage in paused else stage
+
+
 def stats_table(conn: psycopg.Connection, stages: list[str] | None) -> Table:
     now = one(conn.execute("SELECT now()"))[0]
     rows = conn.execute(
@@ -64,8 +81,9 @@ def stats_table(conn: psycopg.Connection, stages: list[str] | None) -> Table:
     table.add_column("status")
     for name in ("tasks", "due", "oldest age", "next run at", "lease expired"):
         table.add_column(name, justify="right")
+    paused = paused_stages(conn)
     for stage, status, tasks, due, oldest, next_run, expired in _sort(rows):
-        table.add_row(stage, status, str(tasks), str(due) if status in LIVE else "", _age(oldest),
+        table.add_row(_stage_label(stage, paused), status, str(tasks), str(due) if status in LIVE else "", _age(oldest),
                       _when(next_run, now),
                       str(expired) if status == "running" else "",
                       style="red" if (status == "fatal" or expired) else None)
@@ -73,6 +91,7 @@ def stats_table(conn: psycopg.Connection, stages: list[str] | None) -> Table:
         table.caption = "no tasks"
     elif any(r[4] is not None and r[4] < dt.timedelta(0) for r in rows):
         table.caption = NEGATIVE_AGE
+    _mark_paused(table, paused, {r[0] for r in rows} | set(stages or ()))
     return table
 
 
@@ -82,7 +101,7 @@ def stats(url: str, args: argparse.Namespace) -> int:
     return 0
 
 
-def top_table(rows: list[tuple], interval: float) -> Table:
+def top_table(rows: list[tuple], interval: float, paused: set[str] | None = None) -> Table:
     table = Table(title=f"skiplock top (queue.metrics, every {interval:g} s)  {time.strftime('%H:%M:%S')}",
                   title_justify="left")
     table.add_column("stage", overflow="fold")
@@ -91,21 +110,25 @@ def top_table(rows: list[tuple], interval: float) -> Table:
     table.add_column("oldest / lag", justify="right")
     table.add_column("last min", justify="right")
     table.add_column("per second", justify="right")
+    paused = paused or set()
     for stage, status, tasks, oldest, last_minute in _sort(rows):
+        label = _stage_label(stage, paused)
         if status in LIVE:
             if not tasks:
                 continue
-            table.add_row(stage, status, str(tasks), _age(oldest) if oldest else "", "", "")
+            table.add_row(label, status, str(tasks), _age(oldest) if oldest else "", "", "",
+                          style="yellow" if stage in paused else None)
         else:
             if not last_minute:
                 continue
-            table.add_row(stage, status, "", "", str(last_minute), f"{last_minute / 60:.2f}",
+            table.add_row(label, status, "", "", str(last_minute), f"{last_minute / 60:.2f}",
                           style="red" if status == "fatal" else None)
     shown = {r[0] for r in rows if (r[1] in LIVE and r[2]) or (r[1] in FINAL and r[4])}
     for stage in sorted({r[0] for r in rows} - shown):
-        table.add_row(stage, "idle", "", "", "", "", style="dim")
+        table.add_row(_stage_label(stage, paused), "idle", "", "", "", "", style="dim")
     if not rows:
         table.caption = "no stages"
+    _mark_paused(table, paused, {r[0] for r in rows})
     return table
 
 
@@ -117,7 +140,7 @@ def top(url: str, args: argparse.Namespace) -> int:
                 "SELECT stage, status, tasks, oldest_age_seconds, finished_last_minute FROM queue.metrics "
                 " WHERE %(stages)s::text[] IS NULL OR stage = ANY(%(stages)s::text[])",
                 {"stages": args.stage}).fetchall()
-            return top_table(rows, args.interval)
+            return top_table(rows, args.interval, paused_stages(conn))
 
         try:
             with Live(frame(), console=Console(), auto_refresh=False) as live:

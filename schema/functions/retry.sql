@@ -5,7 +5,7 @@
 -- Wakes the stage's waiting workers (_wake_waiters).
 -- Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a running or done task, SK002 when
 -- a live task has taken its key, 0A000 on Citus without a stage. Locks the task's row; writes
--- queue.live_tasks and queue.history. stage, when given, is the task's last stage (routes the call
+-- queue.live_tasks, queue.history and queue.finished_dropped. stage, when given, is the task's last stage (routes the call
 -- on Citus); any other: P0002 or 55000.
 CREATE OR REPLACE FUNCTION queue.retry(id bigint, stage text DEFAULT NULL)
     RETURNS void
@@ -99,6 +99,7 @@ BEGIN
     DELETE FROM queue.history h
      WHERE h.id = v_last.id AND h.stage = v_last.stage AND h.finished = v_last.finished
        AND h.ctid = v_last.row_ctid;
+    PERFORM queue._count_dropped(v_last.stage, v_last.status, 1);  -- the run stays counted (finished_totals)
     PERFORM queue._wake_waiters(v_last.stage);
 END
 $$;

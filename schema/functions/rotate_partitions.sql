@@ -6,6 +6,7 @@
 --   2. empties the default partition (TRUNCATE) once every row in it is past the retention; under
 --      retention_action 'detach' it first copies them to queue.history_default_<UTC time>;
 --   3. drops or detaches each partition whose whole range ends before now - retention.
+-- What it drops, detaches or empties is counted first into queue.finished_dropped (_count_dropped).
 -- Returns a row per action (none when nothing was due) and records last_rotated. Waits at most
 -- 100 ms for a lock, else skips that partition this round ('skipped: busy', naming the holders).
 -- Holds ACCESS EXCLUSIVE on queue.history to the end of the transaction, except to attach partitions
@@ -163,6 +164,7 @@ BEGIN
                             pg_catalog.format('Finished tasks of %s to %s UTC, copied out of queue.history_default by queue.rotate_partitions() (retention_action detach): no longer read by skiplock. Archive it, then drop it.',
                                 pg_catalog.to_char(v_oldest AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'),
                                 pg_catalog.to_char(v_newest AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')));
+                PERFORM queue._count_dropped('queue', 'history_default');
                 TRUNCATE queue.history_default;
                 action := 'detached';
                 partition := pg_catalog.format('queue.%I', v_name);
@@ -172,6 +174,7 @@ BEGIN
                               pg_catalog.to_char(v_cutoff AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'));
                 RETURN NEXT;
             ELSIF v_newest < v_cutoff THEN
+                PERFORM queue._count_dropped('queue', 'history_default');
                 TRUNCATE queue.history_default;
                 action := 'truncated';
                 partition := 'queue.history_default';
@@ -216,6 +219,7 @@ BEGIN
             v_locking := pg_catalog.format('%I.%I', v_part.schema, v_part.name);
             EXECUTE pg_catalog.format('LOCK TABLE %I.%I IN ACCESS EXCLUSIVE MODE', v_part.schema, v_part.name);
             partition := pg_catalog.format('%I.%I', v_part.schema, v_part.name);
+            PERFORM queue._count_dropped(v_part.schema, v_part.name);  -- queue.finished_totals keeps them
             IF v_policy.retention_action = 'drop' THEN
                 EXECUTE pg_catalog.format('DROP TABLE %I.%I', v_part.schema, v_part.name);
                 action := 'dropped';

@@ -177,26 +177,46 @@ def test_runbook_block(world: Fixture, section: str, sql: str) -> None:
         assert checked.strip() == "t", f"{section}: after the block, {after!r} gave {checked!r}"
 
 
-def test_exporter_query_and_dashboard_match_queue_metrics(world: Fixture) -> None:
-    """contrib/: postgres_exporter's query runs as skiplock_monitor and maps every column it returns;
-    the Grafana dashboard asks only for series that query exports."""
+def exporter_queries() -> dict[str, tuple[str, dict[str, str]]]:
+    """contrib/postgres_exporter/queries.yaml as {namespace: (query, {column: usage})}: each top-level
+    key, its query (one quoted line or a `|` block) and its metrics in order (no YAML library needed)."""
     text = (ROOT / "contrib" / "postgres_exporter" / "queries.yaml").read_text()
-    namespace = re.search(r"^(\w+):\s*$", text, re.M).group(1)
-    query = re.search(r'^\s+query:\s*"(.*)"\s*$', text, re.M).group(1)
-    mapped = dict(re.findall(r'^\s+- (\w+):\s*\n\s+usage:\s*"(\w+)"', text, re.M))
-    with psycopg.connect(world.url, autocommit=True) as c:
-        c.execute("SET ROLE skiplock_monitor")
-        cur = c.execute(query)
-        columns = [d.name for d in cur.description]
-        rows = cur.fetchall()
-    assert columns == list(mapped), "every column of the query needs a mapping, in order"
-    assert {mapped["stage"], mapped["status"]} == {"LABEL"}
-    assert ("rb.main", "fatal", 0, 0.0, 2) in rows
-    exported = {f"{namespace}_{name}" for name, usage in mapped.items() if usage != "LABEL"}
+    found = {}
+    for block in re.split(r"^(?=\w+:\s*$)", text, flags=re.M):
+        head = re.match(r"(\w+):\s*$", block, re.M)
+        if not head:
+            continue
+        quoted = re.search(r'^\s+query:\s*"(.*)"\s*$', block, re.M)
+        literal = re.search(r"^\s+query:\s*\|\s*\n((?:\s{4,}.*\n)+)", block, re.M)
+        query = quoted.group(1) if quoted else literal.group(1)
+        found[head.group(1)] = (query, dict(re.findall(r'^\s+- (\w+):\s*\n\s+usage:\s*"(\w+)"', block, re.M)))
+    return found
+
+
+def test_exporter_query_and_dashboard_match_queue_metrics(world: Fixture) -> None:
+    """contrib/: each of postgres_exporter's queries runs as skiplock_monitor and maps every column it
+    returns; the Grafana dashboard asks only for series those queries export."""
+    queries = exporter_queries()
+    assert {"skiplock", "skiplock_tasks", "skiplock_stage"} <= set(queries)
+    exported = set()
+    for namespace, (query, mapped) in queries.items():
+        with psycopg.connect(world.url, autocommit=True) as c:
+            c.execute("SET ROLE skiplock_monitor")
+            cur = c.execute(query)
+            columns = [d.name for d in cur.description]
+            rows = cur.fetchall()
+        assert columns == list(mapped), f"{namespace}: every column of the query needs a mapping, in order"
+        assert mapped["stage"] == "LABEL"
+        if namespace == "skiplock":
+            assert mapped["status"] == "LABEL" and ("rb.main", "fatal", 0, 0.0, 2) in rows
+        if namespace == "skiplock_tasks":
+            assert mapped["finished_total"] == "COUNTER" and ("rb.main", "fatal", 2) in rows, rows
+        exported |= {f"{namespace}_{name}" for name, usage in mapped.items() if usage != "LABEL"}
     dashboard = json.loads((ROOT / "contrib" / "grafana" / "skiplock.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     used = {m for e in exprs for m in re.findall(r"\b(skiplock_\w+)\{", e)}
     assert used and used <= exported, used - exported
+    assert "skiplock_tasks_finished_total" in used  # rates come from the counter
 
 
 def test_metrics_reads_only_the_last_minute_of_history(world: Fixture) -> None:

@@ -253,9 +253,9 @@ SELECT set_eq(
        WHERE c.relnamespace = 'queue'::regnamespace
          AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
          AND pg_catalog.has_table_privilege('skiplock_monitor', c.oid, 'SELECT')$$,
-    ARRAY['queue.tasks', 'queue.stats', 'queue.errors', 'queue.hourly', 'queue.metrics', 'queue.stage_config', 'queue.schedules',
-          'queue.rate_windows'],
-    'skiplock_monitor may read exactly the views queue.tasks, queue.stats, queue.errors, queue.hourly, queue.metrics, queue.stage_config and the tables queue.schedules and queue.rate_windows'
+    ARRAY['queue.tasks', 'queue.stats', 'queue.errors', 'queue.hourly', 'queue.metrics', 'queue.stage_config',
+          'queue.finished_totals', 'queue.schedules', 'queue.rate_windows'],
+    'skiplock_monitor may read exactly the views queue.tasks, queue.stats, queue.errors, queue.hourly, queue.metrics, queue.stage_config, queue.finished_totals and the tables queue.schedules and queue.rate_windows'
 );
 
 SELECT set_eq(

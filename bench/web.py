@@ -1,0 +1,196 @@
+"""What `skiplock web` costs (`make bench-web`, or `python -m bench.web`): each page's time and a
+live refresh's database time on a large queue, and optionally what an open dashboard takes from
+workers running at full speed.
+
+The database: --live tasks (default 1,000,000) in --stages stages (100), mostly ready, some
+scheduled later, running and waiting for a retry, and --history finished rows (10,000,000) over
+the hours of today's history partition, a few of them fatal with a handful of error texts. Rows are
+written straight into the tables (as the superuser) and analyzed: the seeding is not what is
+measured.
+
+Measured, --rounds times each (median and worst), as the login of an admin:
+  - every page, through the app in-process (Starlette's TestClient: routing, the queries as the
+    login, the templates), the overview's refresh fragment among them;
+  - the database time of one live refresh (the overview's queries, run on one connection).
+With --throughput SECONDS: --workers processes take and finish tasks of their stages in batches
+of 10 for that long, first alone, then while a client fetches the overview's refresh fragment
+every 2 s; the difference in tasks per second is the dashboard's cost to the workers.
+
+The issue's targets: pages under 200 ms, a refresh under 20 ms of database time, the workers
+slowed by under 5 %. Timed, so run it on an otherwise idle machine (not in `make test`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import statistics
+import threading
+import time
+from typing import Any, Callable
+
+import psycopg
+
+from skiplock import devdb, migrate, ops
+
+DBNAME = "bench_web"
+
+
+def seed(url: str, live: int, history: int, stages: int) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT count(*) FROM queue.rotate_partitions()")  # today's partition and those ahead
+        conn.execute("ALTER TABLE queue.live_tasks DROP CONSTRAINT IF EXISTS live_tasks_valid")
+        conn.execute("""
+            INSERT INTO queue.live_tasks (stage, status, priority, run_at, payload, attempt, lease, lease_expires,
+                                          worker, error_text, started)
+            SELECT pg_catalog.format('stage-%%s', pg_catalog.lpad((g %% %(stages)s)::text, 3, '0')),
+                   s.status::queue.task_status_live, g %% 3, s.run_at,
+                   pg_catalog.jsonb_build_object('n', g, 'file', pg_catalog.format('doc-%%s.pdf', g)),
+                   CASE WHEN s.status = 'error' THEN 1 + g %% 4 WHEN s.status = 'running' THEN 1 ELSE 0 END,
+                   CASE WHEN s.status = 'running' THEN pg_catalog.gen_random_uuid() END,
+                   CASE WHEN s.status = 'running' THEN pg_catalog.now() + interval '5 minutes' END,
+                   CASE WHEN s.status = 'running' THEN pg_catalog.format('worker-%%s', g %% 16) END,
+                   CASE WHEN s.status = 'error' THEN pg_catalog.format('TimeoutError: call %%s timed out', g %% 7) END,
+                   CASE WHEN s.status = 'running' THEN pg_catalog.now() - interval '3 seconds' END
+              FROM pg_catalog.generate_series(1, %(live)s) g,
+                   LATERAL (SELECT CASE WHEN g %% 20 = 0 THEN 'running' WHEN g %% 10 = 1 THEN 'error' ELSE 'ready' END AS status,
+                                   CASE WHEN g %% 10 = 2 THEN pg_catalog.now() + interval '1 hour'
+                                        ELSE pg_catalog.now() - interval '1 minute' END AS run_at) s""",
+                     {"live": live, "stages": stages})
+        conn.execute("""
+            INSERT INTO queue.history (id, stage, status, priority, run_at, payload, attempt, worker, error_text,
+                                       created, started, finished)
+            SELECT %(live)s + g, pg_catalog.format('stage-%%s', pg_catalog.lpad((g %% %(stages)s)::text, 3, '0')),
+                   CASE WHEN g %% 50 = 0 THEN 'fatal' WHEN g %% 97 = 0 THEN 'cancelled' ELSE 'done' END::queue.task_status,
+                   0, f.at, '{"n": 1}', 1, 'worker-1',
+                   CASE WHEN g %% 50 = 0 THEN pg_catalog.format('ValueError: bad input %%s', g %% 5) END,
+                   f.at - interval '2 seconds', f.at - interval '1 second', f.at
+              FROM pg_catalog.generate_series(1, %(history)s) g,
+                   LATERAL (SELECT pg_catalog.date_trunc('day', pg_catalog.now())
+                                   + (pg_catalog.now() - pg_catalog.date_trunc('day', pg_catalog.now())) * (g::float8 / %(history)s)
+                                   AS at) f""",
+                     {"live": live, "history": history, "stages": stages})
+        conn.execute("VACUUM ANALYZE queue.live_tasks")
+        conn.execute("VACUUM ANALYZE queue.history")
+
+
+def timed(fn: Callable[[], Any], rounds: int) -> tuple[float, float]:
+    fn()  # warm: plans, caches, a pooled connection
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times), max(times)
+
+
+def pages(url: str, rounds: int) -> list[tuple[str, float, float]]:
+    from starlette.testclient import TestClient
+
+    from skiplock import web
+    with psycopg.connect(url, autocommit=True) as conn:
+        live_id = conn.execute("SELECT id FROM queue.live_tasks WHERE stage = 'stage-001' AND status = 'error' LIMIT 1").fetchone()[0]
+        done_id = conn.execute("SELECT id FROM queue.history WHERE stage = 'stage-001' LIMIT 1").fetchone()[0]
+        rows, cursor = ops.tasks(conn, "stage-001", ops.Filters())
+    results = []
+    with TestClient(web.create_app(url)) as client:
+        for path in ("/", "/fragment/overview", "/fragment/chart", "/stage/stage-001", f"/stage/stage-001?before={cursor}",
+                     "/stage/stage-001?status=error", "/stage/stage-001?status=scheduled", "/stage/stage-001?status=done",
+                     "/stage/stage-001?status=fatal", "/stage/stage-001?error=timed+out", f"/task/{live_id}",
+                     f"/task/{done_id}", "/failures", "/failures?stage=stage-001", "/schedules", "/sql", "/workers"):
+            def get(p: str = path) -> None:
+                r = client.get(p)
+                assert r.status_code == 200, (p, r.status_code, r.text[:500])
+            median, worst = timed(get, rounds)
+            results.append((path, median, worst))
+    return results
+
+
+def refresh_db_time(url: str, rounds: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The live refresh's queries, and the chart's (which the app reads at most every web.CHART_TTL s)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET jit = off")  # as the app's connections
+        return (timed(lambda: (ops.who(conn), ops.overview(conn)), rounds),
+                timed(lambda: ops.hourly(conn, 24), max(1, rounds // 2)))
+
+
+def _worker(url: str, stage: str, stop_at: float, counter: Any) -> None:
+    done = 0
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < stop_at:
+            done += conn.execute("SELECT count(queue.finish(t.id, t.lease)) FROM queue.take_next(%s, 10) t",
+                                 (stage,)).fetchone()[0]
+    with counter.get_lock():
+        counter.value += done
+
+
+def throughput(url: str, workers: int, seconds: float, dashboard: bool) -> float:
+    counter = multiprocessing.Value("q", 0)
+    stop_at = time.monotonic() + seconds
+    procs = [multiprocessing.Process(target=_worker, args=(url, f"stage-{i % 100:03d}", stop_at, counter))
+             for i in range(workers)]
+    for p in procs:
+        p.start()
+    refresher = None
+    if dashboard:
+        def refresh() -> None:
+            from starlette.testclient import TestClient
+
+            from skiplock import web
+            with TestClient(web.create_app(url)) as client:
+                while time.monotonic() < stop_at:
+                    client.get("/fragment/overview")
+                    time.sleep(2)
+        refresher = threading.Thread(target=refresh)
+        refresher.start()
+    for p in procs:
+        p.join()
+    if refresher:
+        refresher.join()
+    return counter.value / seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.web", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--live", type=int, default=1_000_000, help="live tasks (default 1,000,000)")
+    parser.add_argument("--history", type=int, default=10_000_000, help="finished rows (default 10,000,000)")
+    parser.add_argument("--stages", type=int, default=100, help="stages (default 100)")
+    parser.add_argument("--rounds", type=int, default=5, help="timed requests per page (default 5)")
+    parser.add_argument("--throughput", type=float, default=0, metavar="SECONDS",
+                        help="also measure workers' throughput without and with the dashboard open, SECONDS each")
+    parser.add_argument("--workers", type=int, default=16, help="worker processes for --throughput (default 16)")
+    parser.add_argument("--db", help="a server URL to create the database on (default: a throwaway cluster)")
+    args = parser.parse_args(argv)
+
+    cluster = None if args.db else devdb.Cluster(durable=False).start()
+    admin = args.db or cluster.url()  # type: ignore[union-attr]
+    try:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{DBNAME}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{DBNAME}"')
+        url = psycopg.conninfo.make_conninfo(admin, dbname=DBNAME)
+        migrate.upgrade(url)
+        start = time.perf_counter()
+        seed(url, args.live, args.history, args.stages)
+        print(f"seeded {args.live:,} live tasks in {args.stages} stages and {args.history:,} history rows "
+              f"in {time.perf_counter() - start:.0f} s\n")
+        print(f"| page | median ms | worst ms (of {args.rounds}) |\n|---|---:|---:|")
+        for path, median, worst in pages(url, args.rounds):
+            print(f"| `{path}` | {median:.1f} | {worst:.1f} |")
+        (median, worst), (chart_median, chart_worst) = refresh_db_time(url, args.rounds)
+        print(f"\nlive refresh (the overview's queries), database round trips: median {median:.1f} ms, worst {worst:.1f} ms")
+        print(f"the chart's query (queue.hourly, last 24 h; read at most every 5 min): median {chart_median:.0f} ms, "
+              f"worst {chart_worst:.0f} ms")
+        if args.throughput:
+            alone = throughput(url, args.workers, args.throughput, dashboard=False)
+            watched = throughput(url, args.workers, args.throughput, dashboard=True)
+            print(f"\n{args.workers} workers: {alone:,.0f} tasks/s alone, {watched:,.0f} tasks/s with the dashboard "
+                  f"refreshing every 2 s ({(alone - watched) / alone * 100:+.1f} % slower)")
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

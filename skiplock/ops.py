@@ -1,0 +1,317 @@
+"""The operator's reads and actions, shared by `skiplock web` and the CLI verbs (cmd_ops).
+
+Every read is one or two queries on what skiplock_monitor may read (queue.tasks,
+queue.stage_config, queue.hourly, queue.errors, queue.schedules, and queue._history_stages(), which
+the views call); every action is a call of a
+queue.* function (retry, cancel, set_priority, configure_stage, run_schedule_now) in one short
+transaction on the caller's connection, as the login the user gave: the database decides who may
+do what, and a role without the right gets its 42501.
+
+Lists of live tasks filter on `finished IS NULL`: in queue.tasks the live branch has finished
+NULL by construction and history is partitioned by finished, so the history branch is pruned to
+its default partition. Lists of finished tasks filter on `finished IS NOT NULL`, which drops the
+live branch, and page by (finished, id) along history's (stage, finished) index.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from skiplock.db import one
+
+LIVE = ("ready", "scheduled", "running", "error")
+FINAL = ("done", "fatal", "cancelled")
+PAGE = 50                  # rows of a task list
+PAYLOAD_SHOWN = 20_000     # characters of a payload or result a page shows
+BULK_CHUNK = 500           # tasks one bulk transaction retries or cancels
+
+# The stages the login may not see: restricted ones (grant_stage) unless it is a member of a role
+# granted on them, or of skiplock_admin. Every read filters its stages with `NOT IN hidden`.
+HIDDEN = """
+    hidden AS (
+        SELECT c.stage
+          FROM queue.stage_config c
+         WHERE c.restricted
+           AND NOT pg_catalog.pg_has_role(current_user, 'skiplock_admin', 'MEMBER')
+           AND NOT EXISTS (SELECT FROM pg_catalog.unnest(c.enqueue_roles || c.take_roles) AS r(role)
+                            WHERE pg_catalog.pg_has_role(current_user, r.role::oid, 'MEMBER')))
+"""
+
+
+@dataclass
+class Who:
+    user: str
+    admin: bool              # may act: a member of skiplock_admin (the database checks again on each call)
+    run_now: bool            # queue.run_schedule_now(text) exists in this database
+
+
+def who(conn: psycopg.Connection) -> Who:
+    user, admin, run_now = one(conn.execute(
+        "SELECT current_user::text, pg_catalog.pg_has_role(current_user, 'skiplock_admin', 'MEMBER'),"
+        "       pg_catalog.to_regprocedure('queue.run_schedule_now(text)') IS NOT NULL"))
+    return Who(user, admin, run_now)
+
+
+def overview(conn: psycopg.Connection) -> list[dict[str, Any]]:
+    """One row a visible stage: live counts and lag (one pass over the live tasks), the last minute's
+    finishes (one range scan of history's (stage, finished) index), pause and limits."""
+    cur = conn.cursor(row_factory=dict_row)
+    return cur.execute(f"""
+        WITH {HIDDEN},
+        stages AS (
+            SELECT st.stage, coalesce(c.paused, d.paused) AS paused, coalesce(c.max_running, d.max_running) AS max_running,
+                   coalesce(c.group_limit, d.group_limit) AS group_limit, coalesce(c.restricted, false) AS restricted
+              FROM (SELECT c.stage FROM queue.stage_config c WHERE c.stage <> '*'
+                    UNION
+                    SELECT h.stage FROM queue._history_stages() AS h(stage)) st
+              LEFT JOIN queue.stage_config c ON c.stage = st.stage
+              LEFT JOIN queue.stage_config d ON d.stage = '*'
+             WHERE st.stage NOT IN (SELECT x.stage FROM hidden x)),
+        live AS (
+            SELECT t.stage,
+                   pg_catalog.count(*) FILTER (WHERE t.status = 'ready' AND t.run_at <= pg_catalog.now()) AS ready,
+                   pg_catalog.count(*) FILTER (WHERE t.status = 'ready' AND t.run_at > pg_catalog.now()) AS scheduled,
+                   pg_catalog.count(*) FILTER (WHERE t.status = 'running') AS running,
+                   pg_catalog.count(*) FILTER (WHERE t.status = 'error') AS error,
+                   pg_catalog.max(pg_catalog.now() - t.run_at) FILTER (WHERE t.status <> 'running' AND t.run_at <= pg_catalog.now()) AS lag
+              FROM queue.tasks t
+             WHERE t.finished IS NULL
+             GROUP BY t.stage),
+        recent AS (
+            SELECT t.stage,
+                   pg_catalog.count(*) FILTER (WHERE t.status = 'done') AS done,
+                   pg_catalog.count(*) FILTER (WHERE t.status = 'fatal') AS fatal,
+                   pg_catalog.count(*) FILTER (WHERE t.status = 'cancelled') AS cancelled
+              FROM queue.tasks t
+             WHERE t.stage = ANY (ARRAY(SELECT s.stage FROM stages s))   -- the index's leading column
+               AND t.finished > pg_catalog.now() - interval '1 minute'
+               AND t.finished <= pg_catalog.now()                          -- prunes the partitions made ahead
+             GROUP BY t.stage)
+        SELECT s.stage, s.paused, s.max_running, s.group_limit, s.restricted,
+               coalesce(l.ready, 0) AS ready, coalesce(l.scheduled, 0) AS scheduled, coalesce(l.running, 0) AS running,
+               coalesce(l.error, 0) AS error, l.lag,
+               coalesce(r.done, 0) AS done_per_min, coalesce(r.fatal, 0) AS failed_per_min,
+               coalesce(r.cancelled, 0) AS cancelled_per_min
+          FROM stages s
+          LEFT JOIN live l ON l.stage = s.stage
+          LEFT JOIN recent r ON r.stage = s.stage
+         ORDER BY s.stage""").fetchall()
+
+
+def hourly(conn: psycopg.Connection, hours: int = 24, stage: str | None = None) -> list[dict[str, Any]]:
+    """Finished runs per hour over the last `hours` (visible stages, or one), from queue.hourly."""
+    cur = conn.cursor(row_factory=dict_row)
+    return cur.execute(f"""
+        WITH {HIDDEN}
+        SELECT h.hour, pg_catalog.sum(h.done)::bigint AS done, pg_catalog.sum(h.fatal)::bigint AS fatal,
+               pg_catalog.sum(h.cancelled)::bigint AS cancelled
+          FROM queue.hourly h
+         WHERE h.hour > pg_catalog.now() - pg_catalog.make_interval(hours => %(hours)s)
+           AND h.stage NOT IN (SELECT x.stage FROM hidden x)
+           AND (%(stage)s::text IS NULL OR h.stage = %(stage)s)
+         GROUP BY h.hour ORDER BY h.hour""", {"hours": hours, "stage": stage}).fetchall()
+
+
+def stage_visible(conn: psycopg.Connection, stage: str) -> dict[str, Any] | None:
+    cur = conn.cursor(row_factory=dict_row)
+    return cur.execute(f"""
+        WITH {HIDDEN}
+        SELECT %(stage)s AS stage, coalesce(c.paused, d.paused) AS paused, coalesce(c.max_running, d.max_running) AS max_running,
+               coalesce(c.group_limit, d.group_limit) AS group_limit, coalesce(c.restricted, false) AS restricted
+          FROM queue.stage_config d
+          LEFT JOIN queue.stage_config c ON c.stage = %(stage)s
+         WHERE d.stage = '*' AND %(stage)s NOT IN (SELECT x.stage FROM hidden x)""", {"stage": stage}).fetchone()
+
+
+@dataclass
+class Filters:
+    status: str = "live"     # live (every live status), one of LIVE or one of FINAL
+    key: str = ""
+    group: str = ""
+    error: str = ""          # a substring of the error text
+    id: int | None = None
+    before: str = ""         # keyset cursor: "id" for live lists, "finished|id" for finished ones
+
+
+COLUMNS = ("t.id, t.stage, t.status::text AS status, t.priority, t.key, t.group_key, t.attempt, t.run_at, "
+           "t.created, t.updated, t.started, t.finished, t.worker, t.lease_expires, "
+           "pg_catalog.left(t.error_text, 300) AS error, pg_catalog.left(t.payload::text, 200) AS payload_head")
+
+
+def tasks(conn: psycopg.Connection, stage: str, f: Filters, limit: int = PAGE) -> tuple[list[dict[str, Any]], str]:
+    """A page of the stage's tasks under the filters, newest first, and the cursor of the next page ('' at the end)."""
+    final = f.status in FINAL
+    args: dict[str, Any] = {"stage": stage, "key": f.key or None, "grp": f.group or None, "err": f.error or None,
+                            "id": f.id, "limit": limit + 1}
+    where = ["t.stage = %(stage)s",
+             "t.finished IS NOT NULL" if final else "t.finished IS NULL",
+             "(%(key)s::text IS NULL OR t.key = %(key)s)",
+             "(%(grp)s::text IS NULL OR t.group_key = %(grp)s)",
+             "(%(err)s::text IS NULL OR pg_catalog.strpos(t.error_text, %(err)s) > 0)",
+             "(%(id)s::bigint IS NULL OR t.id = %(id)s)"]
+    if f.status == "scheduled":
+        where.append("t.status = 'ready' AND t.run_at > pg_catalog.now()")
+    elif f.status == "ready":
+        where.append("t.status = 'ready' AND t.run_at <= pg_catalog.now()")
+    elif f.status != "live":
+        args["status"] = f.status
+        where.append("t.status = %(status)s::queue.task_status")
+    if final:
+        order = "t.finished DESC, t.id DESC"
+        if f.before:
+            at, _, last = f.before.partition("|")
+            args["at"], args["last"] = dt.datetime.fromisoformat(at), int(last)
+            where.append("t.finished <= %(at)s AND (t.finished < %(at)s OR t.id < %(last)s)")
+    else:
+        order = "t.id DESC"
+        if f.before:
+            args["last"] = int(f.before)
+            where.append("t.id < %(last)s")
+    cur = conn.cursor(row_factory=dict_row)
+    rows = cur.execute(f"SELECT {COLUMNS} FROM queue.tasks t WHERE {' AND '.join(where)} ORDER BY {order} LIMIT %(limit)s",
+                       args).fetchall()
+    cursor = ""
+    if len(rows) > limit:
+        rows = rows[:limit]
+        last_row = rows[-1]
+        cursor = f"{last_row['finished'].isoformat()}|{last_row['id']}" if final else str(last_row["id"])
+    return rows, cursor
+
+
+def task(conn: psycopg.Connection, task_id: int) -> list[dict[str, Any]]:
+    """Every row of the task (its live row and each finished run or stage), oldest first, payload and result bounded."""
+    cur = conn.cursor(row_factory=dict_row)
+    return cur.execute(f"""
+        WITH {HIDDEN}
+        SELECT t.id, t.stage, t.status::text AS status, t.priority, t.key, t.group_key, t.attempt, t.run_at,
+               t.created, t.updated, t.started, t.finished, t.worker, t.lease_expires, t.repeat, t.run_as::text AS run_as,
+               t.error_text AS error, t.finished - t.started AS run_time,
+               pg_catalog.left(t.payload::text, {PAYLOAD_SHOWN}) AS payload,
+               pg_catalog.length(t.payload::text) AS payload_length,
+               pg_catalog.left(t.result::text, {PAYLOAD_SHOWN}) AS result,
+               pg_catalog.length(t.result::text) AS result_length
+          FROM queue.tasks t
+         WHERE t.id = %s AND t.stage NOT IN (SELECT x.stage FROM hidden x)
+         ORDER BY t.finished NULLS LAST, t.created""", (task_id,)).fetchall()
+
+
+def errors(conn: psycopg.Connection, stage: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+    """Failures grouped by stage and error text (queue.errors), most recent first."""
+    cur = conn.cursor(row_factory=dict_row)
+    return cur.execute(f"""
+        WITH {HIDDEN}
+        SELECT e.stage, e.error, e.tasks, e.last_seen FROM queue.errors e
+         WHERE e.stage NOT IN (SELECT x.stage FROM hidden x) AND (%(stage)s::text IS NULL OR e.stage = %(stage)s)
+         ORDER BY e.last_seen DESC LIMIT %(limit)s""", {"stage": stage, "limit": limit}).fetchall()
+
+
+def schedules(conn: psycopg.Connection) -> list[dict[str, Any]]:
+    """Cron schedules (queue.schedules) with their stage's pause, and periodic tasks (repeat) that are live."""
+    cur = conn.cursor(row_factory=dict_row)
+    return cur.execute(f"""
+        WITH {HIDDEN}
+        SELECT 'cron' AS kind, s.name, s.cron AS every, s.stage, s.timezone, s.next_fire AS next_run,
+               s.last_fired AS last_run, NULL::bigint AS id, v.paused
+          FROM queue.schedules s JOIN queue.stage_config v ON v.stage = s.stage
+         WHERE s.stage NOT IN (SELECT x.stage FROM hidden x)
+        UNION ALL
+        SELECT 'repeat', NULL, t.repeat::text, t.stage, NULL, t.run_at, t.started, t.id, v.paused
+          FROM queue.tasks t JOIN queue.stage_config v ON v.stage = t.stage
+         WHERE t.finished IS NULL AND t.repeat IS NOT NULL AND t.stage NOT IN (SELECT x.stage FROM hidden x)
+         ORDER BY 1, 2, 8""").fetchall()
+
+
+def sql_tasks(conn: psycopg.Connection, stage: str, limit: int = PAGE) -> list[dict[str, Any]]:
+    """A stage's SQL tasks (enqueue_sql): the live ones, then the latest finished with their results (bounded)."""
+    cur = conn.cursor(row_factory=dict_row)
+    return cur.execute(f"""
+        WITH {HIDDEN}
+        (SELECT t.id, t.status::text AS status, t.run_as::text AS run_as, t.run_at, t.finished,
+                pg_catalog.left(t.payload ->> 'sql', 500) AS request, t.error_text AS error,
+                pg_catalog.left(t.result::text, 2000) AS result
+           FROM queue.tasks t
+          WHERE t.stage = %(stage)s AND t.stage NOT IN (SELECT x.stage FROM hidden x)
+            AND t.finished IS NULL AND t.run_as IS NOT NULL
+          ORDER BY t.id DESC LIMIT %(limit)s)
+        UNION ALL
+        (SELECT t.id, t.status::text, t.run_as::text, t.run_at, t.finished,
+                pg_catalog.left(t.payload ->> 'sql', 500), t.error_text, pg_catalog.left(t.result::text, 2000)
+           FROM queue.tasks t
+          WHERE t.stage = %(stage)s AND t.stage NOT IN (SELECT x.stage FROM hidden x)
+            AND t.finished IS NOT NULL AND t.run_as IS NOT NULL
+          ORDER BY t.finished DESC LIMIT %(limit)s)""", {"stage": stage, "limit": limit}).fetchall()
+
+
+def workers(conn: psycopg.Connection) -> list[dict[str, Any]]:
+    """Workers holding leases now: their running tasks per stage, the oldest start and the first lease to expire."""
+    cur = conn.cursor(row_factory=dict_row)
+    return cur.execute(f"""
+        WITH {HIDDEN}
+        SELECT t.worker, t.stage, pg_catalog.count(*) AS running, pg_catalog.min(t.started) AS since,
+               pg_catalog.min(t.lease_expires) AS lease_expires,
+               pg_catalog.count(*) FILTER (WHERE t.lease_expires < pg_catalog.now()) AS expired
+          FROM queue.tasks t
+         WHERE t.finished IS NULL AND t.status = 'running' AND t.stage NOT IN (SELECT x.stage FROM hidden x)
+         GROUP BY t.worker, t.stage ORDER BY t.worker, t.stage""").fetchall()
+
+
+# ---- actions: each one short transaction of queue.* calls, as the login ----
+
+def retry(conn: psycopg.Connection, ids: list[int], stage: str | None = None) -> int:
+    with conn.transaction():
+        for task_id in ids:
+            conn.execute("SELECT queue.retry(%s, %s)", (task_id, stage))
+    return len(ids)
+
+
+def cancel(conn: psycopg.Connection, ids: list[int], stage: str | None = None) -> int:
+    with conn.transaction():
+        for task_id in ids:
+            conn.execute("SELECT queue.cancel(%s, %s)", (task_id, stage))
+    return len(ids)
+
+
+def set_priority(conn: psycopg.Connection, ids: list[int], priority: int, stage: str | None = None) -> int:
+    with conn.transaction():
+        for task_id in ids:
+            conn.execute("SELECT queue.set_priority(%s, %s, %s)", (task_id, priority, stage))
+    return len(ids)
+
+
+def pause(conn: psycopg.Connection, stage: str, paused: bool = True) -> None:
+    conn.execute("SELECT queue.configure_stage(%s, paused => %s)", (stage, paused))
+
+
+def run_schedule_now(conn: psycopg.Connection, name: str) -> Any:
+    return one(conn.execute("SELECT queue.run_schedule_now(%s)", (name,)))[0]
+
+
+def retry_where(conn: psycopg.Connection, stage: str, error: str | None = None, status: str | None = None,
+                exact: bool = False) -> int:
+    """Retry every failed task of a stage (status error or fatal, or only `status`) whose error text
+    holds `error` (equals it when exact): the ids are read first, then retried in transactions of
+    BULK_CHUNK calls, so none holds locks for long. Returns how many were retried."""
+    statuses = [status] if status else ["error", "fatal"]
+    done = 0
+    last: int | None = None
+    while True:
+        ids = [r[0] for r in conn.execute(
+            "SELECT DISTINCT t.id FROM queue.tasks t"
+            " WHERE t.stage = %(stage)s AND t.status::text = ANY(%(statuses)s)"
+            "   AND (%(err)s::text IS NULL OR CASE WHEN %(exact)s THEN t.error_text = %(err)s"
+            "                                       ELSE pg_catalog.strpos(t.error_text, %(err)s) > 0 END)"
+            "   AND (%(last)s::bigint IS NULL OR t.id > %(last)s)"
+            "   AND NOT EXISTS (SELECT FROM queue.tasks l WHERE l.id = t.id AND l.stage = t.stage"
+            "                      AND ((l.finished IS NULL AND l.status <> 'error') OR l.finished > t.finished))"
+            " ORDER BY t.id LIMIT %(chunk)s",
+            {"stage": stage, "statuses": statuses, "err": error, "exact": exact, "last": last,
+             "chunk": BULK_CHUNK}).fetchall()]
+        if not ids:
+            return done
+        done += retry(conn, ids, stage)
+        last = ids[-1]

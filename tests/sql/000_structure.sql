@@ -254,8 +254,8 @@ SELECT set_eq(
          AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
          AND pg_catalog.has_table_privilege('skiplock_monitor', c.oid, 'SELECT')$$,
     ARRAY['queue.tasks', 'queue.stats', 'queue.errors', 'queue.hourly', 'queue.metrics', 'queue.stage_config',
-          'queue.finished_totals', 'queue.schedules', 'queue.rate_windows'],
-    'skiplock_monitor may read exactly the views queue.tasks, queue.stats, queue.errors, queue.hourly, queue.metrics, queue.stage_config, queue.finished_totals and the tables queue.schedules and queue.rate_windows'
+          'queue.finished_totals', 'queue.schedules', 'queue.rate_windows', 'queue.skiplock_version'],
+    'skiplock_monitor may read exactly the views queue.tasks, queue.stats, queue.errors, queue.hourly, queue.metrics, queue.stage_config, queue.finished_totals and the tables queue.schedules, queue.rate_windows and Alembic''s queue.skiplock_version'
 );
 
 SELECT set_eq(
@@ -281,10 +281,13 @@ SELECT is_empty(
          AND c.relkind IN ('r', 'p')
          AND r.rolname IN ('skiplock_producer', 'skiplock_worker', 'skiplock_monitor', 'skiplock_admin')
          AND pg_catalog.has_table_privilege(r.oid, c.oid, v.priv)
-         -- The exceptions: monitors and admins read the schedules and the rate windows (no task data).
+         -- The exceptions: monitors and admins read the schedules and the rate windows (no task data);
+         -- every role reads Alembic's version table (one revision id: the CLI warns a login whose
+         -- database is behind).
          AND NOT (c.oid IN ('queue.schedules'::regclass, 'queue.rate_windows'::regclass) AND v.priv = 'SELECT'
-                  AND r.rolname IN ('skiplock_monitor', 'skiplock_admin'))$$,
-    'no application role may write a table of queue, nor read one but queue.schedules and queue.rate_windows (listed: role, table, privilege)'
+                  AND r.rolname IN ('skiplock_monitor', 'skiplock_admin'))
+         AND NOT (c.relname = 'skiplock_version' AND v.priv = 'SELECT')$$,
+    'no application role may write a table of queue, nor read one but queue.schedules, queue.rate_windows and queue.skiplock_version (listed: role, table, privilege)'
 );
 
 -- The privilege check in action: a worker reading the hot table is refused.

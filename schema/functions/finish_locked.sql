@@ -8,11 +8,10 @@
 -- changing nothing, for any other task: never taken, another transaction's, already ended, or
 -- re-run by this same transaction (left ready for its new payload).
 -- Commit the worker's own writes in the same transaction: they and the finish are one.
--- Raises 22004 for a NULL id, 22023 for a long worker name or a JSON scalar result, 54000 for a
--- result over 1 MiB. Locks the task's row (already locked by take_locked); writes queue.live_tasks
--- and queue.history.
--- stage, when given, is the task's stage (routes the call on Citus); any other: false.
--- The three-argument form is dropped first, so that calls without result resolve to this one.
+-- Raises 22004 for a NULL id, 22023 for a long worker name or a scalar result, 54000 for a result
+-- over 1 MiB. Locks the task's row (already locked by take_locked); writes queue.live_tasks and
+-- queue.history. stage, when given, is the task's stage (routes the call on Citus); any other:
+-- false. The three-argument form is dropped first: calls without result resolve to this one.
 -- squawk-ignore ban-drop-function
 DROP FUNCTION IF EXISTS queue.finish_locked(bigint, text, text);
 CREATE OR REPLACE FUNCTION queue.finish_locked(id bigint, worker text DEFAULT NULL, stage text DEFAULT NULL,

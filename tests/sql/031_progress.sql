@@ -1,9 +1,9 @@
 -- heartbeat(…, progress): stores the latest progress on the running task (queue.live_tasks.progress,
 -- shown by queue.tasks), replaced by each later one, kept by a heartbeat without progress and by a
--- failed attempt, cleared when the task moves to another stage; a bad progress raises and changes
--- nothing; the calls without progress still work in every form.
+-- failed attempt, cleared when the task moves to another stage or re-arms; a bad progress raises
+-- and changes nothing; the calls without progress still work in every form.
 BEGIN;
-SELECT plan(13);
+SELECT plan(15);
 
 CREATE TEMP TABLE took AS SELECT k.id, k.lease FROM queue.take_next('prog.a') k WHERE false;
 SELECT queue.enqueue('{}', 'prog.a');
@@ -40,6 +40,16 @@ SELECT queue.finish(id, lease, 'prog.b') FROM took;
 SELECT is(pg_temp.progress(), NULL, 'moving to another stage clears it');
 SELECT is((SELECT count(*)::integer FROM queue.tasks t WHERE t.id = (SELECT id FROM took) AND t.progress IS NOT NULL), 0,
           'finished rows of queue.tasks have no progress');
+
+-- A periodic task's re-arm clears it: the next run starts without progress.
+SELECT queue.enqueue('{}', 'prog.per', repeat => interval '1 hour');
+DELETE FROM took;
+INSERT INTO took SELECT k.id, k.lease FROM queue.take_next('prog.per') k;
+SELECT queue.heartbeat(id, lease, progress => '{"done": 1}') FROM took;
+SELECT is(pg_temp.progress(), '{"done": 1}'::jsonb, 'a periodic run reports progress');
+SELECT queue.finish(id, lease) FROM took;
+SELECT is((SELECT t.progress FROM queue.live_tasks t WHERE t.id = (SELECT id FROM took)), NULL,
+          'its re-arm clears the progress for the next run');
 
 SELECT * FROM finish();
 ROLLBACK;

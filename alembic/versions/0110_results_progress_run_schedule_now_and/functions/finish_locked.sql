@@ -28,11 +28,13 @@ DECLARE
     v_entry text;
     v_task  queue.live_tasks;
 BEGIN
-    IF finish_locked.id IS NULL THEN
-        PERFORM queue._raise_bad_argument('finish_locked', 'id');
-    ELSIF pg_catalog.length(finish_locked.worker) > 200 THEN
-        PERFORM queue._raise_bad_argument('finish_locked', 'worker', finish_locked.worker);
-    ELSIF finish_locked.result IS NOT NULL THEN
+    -- One test when the arguments are good and no result is given; the rest only when it holds.
+    IF finish_locked.id IS NULL OR pg_catalog.length(finish_locked.worker) > 200 OR finish_locked.result IS NOT NULL THEN
+        IF finish_locked.id IS NULL THEN
+            PERFORM queue._raise_bad_argument('finish_locked', 'id');
+        ELSIF pg_catalog.length(finish_locked.worker) > 200 THEN
+            PERFORM queue._raise_bad_argument('finish_locked', 'worker', finish_locked.worker);
+        END IF;
         PERFORM queue._check_payload(finish_locked.result, 'result');
     END IF;
     -- Held by this transaction: take_locked recorded it, signed, and nothing here ended it since.

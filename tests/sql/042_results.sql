@@ -3,7 +3,7 @@
 -- carries into that stage; a periodic run keeps its result in its history row; the calls without a
 -- result still work in every form (positional and named); a bad result raises and changes nothing.
 BEGIN;
-SELECT plan(32);
+SELECT plan(35);
 
 CREATE TEMP TABLE took (name text PRIMARY KEY, id bigint, lease uuid);
 CREATE FUNCTION pg_temp.take(name text, stage text) RETURNS void LANGUAGE sql AS $$
@@ -62,6 +62,12 @@ SELECT throws_ok(format($$SELECT queue.finish(%s, %L, result => 'null')$$, id, l
 SELECT throws_ok(format($$SELECT queue.finish(%s, %L, result => jsonb_build_object('blob', repeat('x', 1100000)))$$, id, lease),
                  '54000', 'result too large', 'a result over 1 MiB raises 54000')
   FROM took WHERE name = 'bad';
+SELECT throws_ok($$SELECT queue.finish(NULL, NULL, result => '{}')$$, '22004', 'id and lease must not be NULL',
+                 'a NULL id or lease raises 22004 with a result too');
+SELECT throws_ok($$SELECT queue.finish_locked(NULL, result => '{}')$$, '22004', 'id must not be NULL',
+                 'finish_locked: a NULL id raises 22004 with a result too');
+SELECT throws_ok($$SELECT queue.finish_locked(1, repeat('w', 201), result => '{}')$$, '22023', 'worker name too long',
+                 'finish_locked: a long worker name raises 22023 with a result too');
 SELECT is((SELECT status::text FROM queue.live_tasks WHERE id = (SELECT id FROM took WHERE name = 'bad')), 'running',
           'a refused result leaves the task running');
 

@@ -32,6 +32,7 @@ DECLARE
     v_rerun integer;
     v_due   text[];
     v_stage text;
+    v_results jsonb;  -- the results given, by task id
 BEGIN
     IF finish_batch.id IS NULL OR finish_batch.lease IS NULL
        OR pg_catalog.cardinality(finish_batch.id) <> pg_catalog.cardinality(finish_batch.lease) THEN
@@ -71,23 +72,24 @@ BEGIN
                 PERFORM queue._check_payload(finish_batch.result[v_i], pg_catalog.format('result[%s]', v_i));
             END IF;
         END LOOP;
+        v_results := (SELECT pg_catalog.jsonb_object_agg(r.id::text, r.result)
+                        FROM ROWS FROM (pg_catalog.unnest(finish_batch.id), pg_catalog.unnest(finish_batch.result)) AS r(id, result)
+                       WHERE r.result IS NOT NULL);
     END IF;
 
-    -- n, the pair's position, finds its result (a NULL array: no lookup).
     WITH pairs AS (
-        SELECT p.id, p.lease, p.n
-          FROM ROWS FROM (pg_catalog.unnest(finish_batch.id), pg_catalog.unnest(finish_batch.lease))
-               WITH ORDINALITY AS p(id, lease, n)
+        SELECT p.id, p.lease
+          FROM ROWS FROM (pg_catalog.unnest(finish_batch.id), pg_catalog.unnest(finish_batch.lease)) AS p(id, lease)
     ), done AS (
         DELETE FROM queue.live_tasks t
          USING pairs p
          WHERE t.id = p.id AND t.lease = p.lease AND NOT t.rerun AND t.repeat IS NULL
            AND (finish_batch.stage IS NULL OR t.stage = finish_batch.stage)
-        RETURNING t AS task, p.n
+        RETURNING t.*
     )
     INSERT INTO queue.history
-    SELECT (queue._history_row(d.task, 'done', (d.task).attempt, (d.task).worker, (d.task).error_text,
-                               (d.task).started, v_now, finish_batch.result[d.n])).*
+    SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt, d.worker, d.error_text, d.started, v_now,
+                               v_results -> d.id::text)).*
       FROM done d;
     GET DIAGNOSTICS v_done = ROW_COUNT;
 
@@ -106,7 +108,7 @@ BEGIN
            FOR UPDATE OF t
     LOOP
         PERFORM queue._rearm(v_task, 'done', v_task.attempt, v_task.worker, v_task.error_text, v_task.started, v_now,
-                             finish_batch.result[pg_catalog.array_position(finish_batch.id, v_task.id)]);
+                             v_results -> v_task.id::text);
         v_done := v_done + 1;
     END LOOP;
     IF v_done = pg_catalog.cardinality(finish_batch.id) THEN

@@ -3,7 +3,7 @@
 -- carries into that stage; a periodic run keeps its result in its history row; the calls without a
 -- result still work in every form (positional and named); a bad result raises and changes nothing.
 BEGIN;
-SELECT plan(35);
+SELECT plan(37);
 
 CREATE TEMP TABLE took (name text PRIMARY KEY, id bigint, lease uuid);
 CREATE FUNCTION pg_temp.take(name text, stage text) RETURNS void LANGUAGE sql AS $$
@@ -131,6 +131,15 @@ SELECT throws_ok(format($$SELECT queue.finish_batch(ARRAY[%s], ARRAY[%L]::uuid[]
 SELECT throws_ok(format($$SELECT queue.finish_batch(ARRAY[%s], ARRAY[%L]::uuid[], result => ARRAY['1']::jsonb[])$$, id, lease),
                  '22023', 'result[1] must be a JSON object or array', 'a scalar element raises 22023, naming its position')
   FROM batch2;
+
+SELECT queue.enqueue('{}', 'res.fbp', repeat => interval '1 hour'), queue.enqueue('{}', 'res.fbp');
+CREATE TEMP TABLE batch3 AS SELECT k.id, k.lease FROM queue.take_next('res.fbp', 2) k;
+SELECT is(queue.finish_batch((SELECT array_agg(id ORDER BY id) FROM batch3), (SELECT array_agg(lease ORDER BY id) FROM batch3),
+                             result => ARRAY['{"p": 1}', '{"p": 2}']::jsonb[]),
+          2, 'finish_batch ends a periodic and a one-off task with results');
+SELECT results_eq($$SELECT h.result FROM batch3 b JOIN queue.history h ON h.id = b.id ORDER BY b.id$$,
+                  $$VALUES ('{"p": 1}'::jsonb), ('{"p": 2}')$$,
+                  'the periodic run''s history row keeps its result too');
 
 -- finish_and_take(…, finished_result) ------------------------------------------------------------------------------
 SELECT queue.enqueue('{}', 'res.ft'), queue.enqueue('{}', 'res.ft');

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from skiplock import connect
 from skiplock.db import one
@@ -39,8 +40,10 @@ class Fail(Exception):
 
 @dataclass
 class Outcome:
-    """What a handler decided: finish (optionally moving to next_stage)."""
+    """What a handler decided: finish (optionally moving to next_stage), keeping result (a JSON
+    object or array: the run's result in queue.history, and with next_stage the task's payload there)."""
     next_stage: str | None = None
+    result: dict[str, Any] | list[Any] | None = None
 
 
 @dataclass
@@ -154,8 +157,9 @@ class Worker:
                 self.counters.failed += ok
                 self.counters.lost += not ok
                 continue
-            ok = one(conn.execute("SELECT queue.finish(%s, %s, next_stage => %s, stage => %s)",
-                                  (task.id, task.lease, outcome.next_stage, task.stage)))[0]
+            ok = one(conn.execute("SELECT queue.finish(%s, %s, next_stage => %s, stage => %s, result => %s)",
+                                  (task.id, task.lease, outcome.next_stage, task.stage,
+                                   None if outcome.result is None else Jsonb(outcome.result))))[0]
             if ok:
                 self.counters.finished += 1
                 self.counters.finished_ids.append(task.id)

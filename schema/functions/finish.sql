@@ -1,18 +1,21 @@
--- finish(id, lease, next_stage, stage): end the attempt that holds `lease` successfully. Without
--- next_stage the task is done: it leaves queue.live_tasks and is written to queue.history in the
--- same statement. With next_stage (a pipeline) it is recorded as done in its current stage and
--- waits, ready, in next_stage from attempt 0. A task enqueued again with mode 'rerun' while it ran
--- is queued again in its stage instead. A periodic task is recorded as done and re-armed: the same
--- row waits for its next run (see _next_slot); it cannot move to another stage.
--- Returns true when this call ended the attempt; false, changing nothing, when the lease is not the
--- task's current one (reaped, retaken, already finished, cancelled).
--- Raises 22004 for a NULL id or lease; 22023 for a bad next_stage or one given for a periodic task
--- (cancel() ends a schedule); 42501 for a restricted next_stage without the enqueue right; SK002
--- when a live task of next_stage has the same key. Locks the task's row; writes queue.live_tasks and
--- queue.history; a task due at once wakes its stage's waiting workers.
+-- finish(id, lease, next_stage, stage, result): end the attempt that holds `lease` successfully.
+-- Without next_stage the task is done: it leaves queue.live_tasks for queue.history in one
+-- statement. With next_stage (a pipeline) it is recorded as done in its stage and waits, ready, in
+-- next_stage from attempt 0. A task enqueued again with mode 'rerun' while it ran is queued again
+-- instead. A periodic task is recorded as done and re-armed (_next_slot); it cannot move on.
+-- result (a JSON object or array, bounded as payloads) is kept in the run's history row; with
+-- next_stage it is also the task's payload there (a re-run drops it). Returns true when this call
+-- ended the attempt; false, changing nothing, for a lease that is not current.
+-- Raises 22004 for a NULL id or lease; 22023 for a bad next_stage, one for a periodic task, or a
+-- scalar result; 54000 for a result over 1 MiB; 42501 for a restricted next_stage without the
+-- enqueue right; SK002 when a live task of next_stage has the key. Locks the task's row; writes
+-- queue.live_tasks and queue.history; a task due at once wakes its stage's waiting workers.
 -- stage, when given, is the task's current stage (routes the call on Citus); any other: false.
+-- The four-argument form is dropped first, so that calls without result resolve to this one.
+-- squawk-ignore ban-drop-function
+DROP FUNCTION IF EXISTS queue.finish(bigint, uuid, text, text);
 CREATE OR REPLACE FUNCTION queue.finish(id bigint, lease uuid, next_stage text DEFAULT NULL,
-                                        stage text DEFAULT NULL)
+                                        stage text DEFAULT NULL, result jsonb DEFAULT NULL)
     RETURNS boolean
     LANGUAGE plpgsql
     VOLATILE
@@ -30,8 +33,12 @@ DECLARE
     v_due   boolean;
     v_task  queue.live_tasks;
 BEGIN
-    IF finish.id IS NULL OR finish.lease IS NULL THEN
-        PERFORM queue._raise_bad_argument('finish', 'id, lease', finish.id::text, finish.lease::text);
+    -- One test when no result is given; the tests that say what is wrong run only when it holds.
+    IF finish.id IS NULL OR finish.lease IS NULL OR finish.result IS NOT NULL THEN
+        IF finish.id IS NULL OR finish.lease IS NULL THEN
+            PERFORM queue._raise_bad_argument('finish', 'id, lease', finish.id::text, finish.lease::text);
+        END IF;
+        PERFORM queue._check_payload(finish.result, 'result');
     END IF;
 
     IF finish.next_stage IS NULL THEN
@@ -42,7 +49,8 @@ BEGIN
             RETURNING t.*
         )
         INSERT INTO queue.history
-        SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt, d.worker, d.error_text, d.started, v_now)).*
+        SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt, d.worker, d.error_text, d.started, v_now,
+                                   finish.result)).*
           FROM done d;
         GET DIAGNOSTICS v_count = ROW_COUNT;
         IF v_count = 1 THEN
@@ -56,7 +64,8 @@ BEGIN
            AND (finish.stage IS NULL OR t.stage = finish.stage)
            FOR UPDATE;
         IF FOUND THEN
-            PERFORM queue._rearm(v_task, 'done', v_task.attempt, v_task.worker, v_task.error_text, v_task.started, v_now);
+            PERFORM queue._rearm(v_task, 'done', v_task.attempt, v_task.worker, v_task.error_text, v_task.started, v_now,
+                                 finish.result);
             RETURN true;
         END IF;
     ELSE
@@ -78,12 +87,13 @@ BEGIN
                 INSERT INTO queue.live_tasks (id, stage, status, priority, run_at, payload, key, attempt,
                                               created, updated, drift, group_key, run_as)
                 OVERRIDING SYSTEM VALUE
-                SELECT c.id, finish.next_stage, 'ready', c.priority, v_now, c.payload, c.key, 0,
+                SELECT c.id, finish.next_stage, 'ready', c.priority, v_now, coalesce(finish.result, c.payload), c.key, 0,
                        c.created, v_now, c.drift, c.group_key, c.run_as
                   FROM cur c
             )
             INSERT INTO queue.history
-            SELECT (queue._history_row(c::queue.live_tasks, 'done', c.attempt, c.worker, c.error_text, c.started, v_now)).*
+            SELECT (queue._history_row(c::queue.live_tasks, 'done', c.attempt, c.worker, c.error_text, c.started, v_now,
+                                       finish.result)).*
               FROM cur c;
             GET DIAGNOSTICS v_count = ROW_COUNT;
         EXCEPTION WHEN unique_violation THEN
@@ -128,6 +138,6 @@ BEGIN
     RETURN false;
 END
 $$;
-COMMENT ON FUNCTION queue.finish(bigint, uuid, text, text) IS 'Ends a running attempt successfully if lease is current: done (to queue.history) or, with next_stage, queued ready in that stage; a periodic task is recorded and re-armed. False, changing nothing, for a lease that is not current.';
-REVOKE ALL ON FUNCTION queue.finish(bigint, uuid, text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.finish(bigint, uuid, text, text) TO skiplock_worker, skiplock_admin;
+COMMENT ON FUNCTION queue.finish(bigint, uuid, text, text, jsonb) IS 'Ends a running attempt successfully if lease is current: done (to queue.history, with result) or, with next_stage, queued ready there (result becomes its payload); a periodic task is recorded and re-armed. False, changing nothing, for a stale lease.';
+REVOKE ALL ON FUNCTION queue.finish(bigint, uuid, text, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.finish(bigint, uuid, text, text, jsonb) TO skiplock_worker, skiplock_admin;

@@ -1,19 +1,24 @@
--- finish_and_take(finished_id, finished_lease, stage, batch, lease_for, worker): a worker's loop
--- step in one call and one commit: finish() the attempt it just completed, then take_next() from
--- the stage (half the commits of the two calls, for workers that take one short task at a time).
+-- finish_and_take(finished_id, finished_lease, stage, batch, lease_for, worker, finished_result): a
+-- worker's loop step in one call and one commit: finish() the attempt it just completed (with
+-- finished_result as its result, if given), then take_next() from the stage (half the commits of
+-- the two calls, for workers that take one short task at a time).
 -- Returns the taken tasks as take_next does, each with `finished` (what finish() returned for
 -- finished_id); when nothing is due, one row with `finished` and every other column NULL.
 -- finished_id and finished_lease both NULL: nothing to finish (the first call of a loop).
 -- Raises 22004 when only one of them is NULL, and what finish() and take_next() raise.
 -- Locks and writes what finish() and take_next() do.
 -- The finished task must be of stage (one shard on Citus): one of another stage is not finished.
+-- The six-argument form is dropped first, so that calls without finished_result resolve to this one.
+-- squawk-ignore ban-drop-function
+DROP FUNCTION IF EXISTS queue.finish_and_take(bigint, uuid, text, integer, interval, text);
 CREATE OR REPLACE FUNCTION queue.finish_and_take(
-        finished_id    bigint,
-        finished_lease uuid,
-        stage          text     DEFAULT 'default',
-        batch          integer  DEFAULT 1,
-        lease_for      interval DEFAULT NULL,
-        worker         text     DEFAULT NULL)
+        finished_id     bigint,
+        finished_lease  uuid,
+        stage           text     DEFAULT 'default',
+        batch           integer  DEFAULT 1,
+        lease_for       interval DEFAULT NULL,
+        worker          text     DEFAULT NULL,
+        finished_result jsonb    DEFAULT NULL)
     RETURNS TABLE (finished boolean, id bigint, payload jsonb, attempt integer, lease uuid,
                    lease_expires timestamptz, priority integer, key text)
     LANGUAGE plpgsql
@@ -34,7 +39,7 @@ BEGIN
     END IF;
     IF finish_and_take.finished_id IS NOT NULL THEN
         v_finished := queue.finish(finish_and_take.finished_id, finish_and_take.finished_lease,
-                                   stage => finish_and_take.stage);
+                                   stage => finish_and_take.stage, result => finish_and_take.finished_result);
     END IF;
     RETURN QUERY
     SELECT v_finished, k.id, k.payload, k.attempt, k.lease, k.lease_expires, k.priority, k.key
@@ -46,6 +51,6 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue.finish_and_take(bigint, uuid, text, integer, interval, text) IS 'A worker''s loop step in one commit: finishes (finished_id, finished_lease) as finish() does, then takes up to batch tasks as take_next() does, each returned with finished; one row with only finished when nothing is due.';
-REVOKE ALL ON FUNCTION queue.finish_and_take(bigint, uuid, text, integer, interval, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.finish_and_take(bigint, uuid, text, integer, interval, text) TO skiplock_worker, skiplock_admin;
+COMMENT ON FUNCTION queue.finish_and_take(bigint, uuid, text, integer, interval, text, jsonb) IS 'A worker''s loop step in one commit: finishes (finished_id, finished_lease) as finish() does (with finished_result), then takes up to batch tasks as take_next() does, each returned with finished; one row with only finished when nothing is due.';
+REVOKE ALL ON FUNCTION queue.finish_and_take(bigint, uuid, text, integer, interval, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.finish_and_take(bigint, uuid, text, integer, interval, text, jsonb) TO skiplock_worker, skiplock_admin;

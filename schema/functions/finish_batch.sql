@@ -1,12 +1,19 @@
--- finish_batch(id[], lease[], stage): finish many attempts in one call and one commit (workers that take
--- in batches). Pairs id[i] with lease[i]; pairs whose lease is not current are skipped. Periodic
--- tasks are recorded done and re-armed for their next run, and tasks re-run while they ran are
--- queued again, as finish() does. Returns how many attempts it ended.
--- Raises 22004 for a NULL element, 22023 for NULL or unequal arrays or too many
--- pairs. Locks the rows it finishes; writes queue.live_tasks and queue.history.
+-- finish_batch(id[], lease[], stage, result[]): finish many attempts in one call and one commit
+-- (workers that take in batches). Pairs id[i] with lease[i] (and result[i], when result is given:
+-- kept in the run's history row as finish(…, result) does; a NULL element stores none); pairs
+-- whose lease is not current are skipped. Periodic tasks are recorded done and re-armed for their
+-- next run, and tasks re-run while they ran are queued again, as finish() does. Returns how many
+-- attempts it ended.
+-- Raises 22004 for a NULL id or lease, 22023 for NULL or unequal arrays, too many pairs or a JSON
+-- scalar result, 54000 for a result over 1 MiB. Locks the rows it finishes; writes
+-- queue.live_tasks and queue.history.
 -- stage, when given, is the tasks' stage (routes the call on Citus); tasks of others are skipped.
 -- Finds each pair's task through the primary key, whatever the statistics say (see the SET clauses).
-CREATE OR REPLACE FUNCTION queue.finish_batch(id bigint[], lease uuid[], stage text DEFAULT NULL)
+-- The three-argument form is dropped first, so that calls without result resolve to this one.
+-- squawk-ignore ban-drop-function
+DROP FUNCTION IF EXISTS queue.finish_batch(bigint[], uuid[], text);
+CREATE OR REPLACE FUNCTION queue.finish_batch(id bigint[], lease uuid[], stage text DEFAULT NULL,
+                                              result jsonb[] DEFAULT NULL)
     RETURNS integer
     LANGUAGE plpgsql
     VOLATILE
@@ -25,6 +32,7 @@ DECLARE
     v_rerun integer;
     v_due   text[];
     v_stage text;
+    v_results jsonb;  -- the results given, by task id
 BEGIN
     IF finish_batch.id IS NULL OR finish_batch.lease IS NULL
        OR pg_catalog.cardinality(finish_batch.id) <> pg_catalog.cardinality(finish_batch.lease) THEN
@@ -51,6 +59,23 @@ BEGIN
                   DETAIL = pg_catalog.format('%s tasks.', pg_catalog.cardinality(finish_batch.id)),
                   HINT = 'Finish at most 10000 tasks per call.';
     END IF;
+    IF finish_batch.result IS NOT NULL THEN
+        IF pg_catalog.cardinality(finish_batch.result) <> pg_catalog.cardinality(finish_batch.id) THEN
+            RAISE EXCEPTION 'result must have one element per id'
+                USING ERRCODE = '22023',
+                      DETAIL = pg_catalog.format('%s ids, %s results.', pg_catalog.cardinality(finish_batch.id),
+                                                 pg_catalog.cardinality(finish_batch.result)),
+                      HINT = 'Pass one result per task, in the order of id (NULL for a task without one), or leave result out.';
+        END IF;
+        FOR v_i IN 1 .. pg_catalog.cardinality(finish_batch.result) LOOP
+            IF finish_batch.result[v_i] IS NOT NULL THEN
+                PERFORM queue._check_payload(finish_batch.result[v_i], pg_catalog.format('result[%s]', v_i));
+            END IF;
+        END LOOP;
+        v_results := (SELECT pg_catalog.jsonb_object_agg(r.id::text, r.result)
+                        FROM ROWS FROM (pg_catalog.unnest(finish_batch.id), pg_catalog.unnest(finish_batch.result)) AS r(id, result)
+                       WHERE r.result IS NOT NULL);
+    END IF;
 
     WITH pairs AS (
         SELECT p.id, p.lease
@@ -63,7 +88,8 @@ BEGIN
         RETURNING t.*
     )
     INSERT INTO queue.history
-    SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt, d.worker, d.error_text, d.started, v_now)).*
+    SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt, d.worker, d.error_text, d.started, v_now,
+                               v_results -> d.id::text)).*
       FROM done d;
     GET DIAGNOSTICS v_done = ROW_COUNT;
 
@@ -81,7 +107,8 @@ BEGIN
            AND (finish_batch.stage IS NULL OR t.stage = finish_batch.stage)
            FOR UPDATE OF t
     LOOP
-        PERFORM queue._rearm(v_task, 'done', v_task.attempt, v_task.worker, v_task.error_text, v_task.started, v_now);
+        PERFORM queue._rearm(v_task, 'done', v_task.attempt, v_task.worker, v_task.error_text, v_task.started, v_now,
+                             v_results -> v_task.id::text);
         v_done := v_done + 1;
     END LOOP;
     IF v_done = pg_catalog.cardinality(finish_batch.id) THEN
@@ -107,6 +134,6 @@ BEGIN
     RETURN v_done + v_rerun;
 END
 $$;
-COMMENT ON FUNCTION queue.finish_batch(bigint[], uuid[], text) IS 'Finishes many attempts at once: each (id[i], lease[i]) whose lease is current becomes done (moved to queue.history; a periodic task is recorded done and re-armed). Returns how many it ended; stale pairs are skipped. Locks the rows it finishes.';
-REVOKE ALL ON FUNCTION queue.finish_batch(bigint[], uuid[], text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.finish_batch(bigint[], uuid[], text) TO skiplock_worker, skiplock_admin;
+COMMENT ON FUNCTION queue.finish_batch(bigint[], uuid[], text, jsonb[]) IS 'Finishes many attempts at once: each (id[i], lease[i]) whose lease is current becomes done (to queue.history with result[i]; a periodic task is recorded and re-armed). Returns how many it ended; stale pairs are skipped.';
+REVOKE ALL ON FUNCTION queue.finish_batch(bigint[], uuid[], text, jsonb[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.finish_batch(bigint[], uuid[], text, jsonb[]) TO skiplock_worker, skiplock_admin;

@@ -4,11 +4,12 @@
 -- (last_fired), and next_fire moves to its first tick after now. Exactly once per tick with many
 -- callers: due schedules are locked FOR UPDATE SKIP LOCKED and checked again once locked, the task
 -- and the new next_fire commit together, and the task's key 'schedule:<name>:<tick in UTC>' keeps
--- a tick whose task is still live from being enqueued again.
+-- a tick whose task is still live from being enqueued again. A schedule with overlap false skips a
+-- tick (next_fire moves on, last_fired stays) while the task it last enqueued is live.
 -- Call it in READ COMMITTED: under REPEATABLE READ a schedule another session fired since the
 -- snapshot raises 40001. Raises 22004 for a NULL now, 22023 for an infinite one.
 -- Locks the due rows of queue.schedules until commit. Writes queue.schedules (next_fire,
--- last_fired) and queue.live_tasks (through queue.enqueue, which also sends NOTIFY).
+-- last_fired, last_task) and queue.live_tasks (through queue.enqueue, which also sends NOTIFY).
 CREATE OR REPLACE FUNCTION queue.fire_schedules(now timestamptz DEFAULT pg_catalog.now())
     RETURNS integer
     LANGUAGE plpgsql
@@ -24,6 +25,7 @@ DECLARE
     v_mid   timestamptz;
     v_try   timestamptz;
     v_key   text;
+    v_id    bigint;
     v_count integer := 0;
 BEGIN
     IF fire_schedules.now IS NULL THEN
@@ -66,20 +68,28 @@ BEGIN
             END IF;
         END LOOP;
 
+        IF NOT v_s.overlap
+           AND EXISTS (SELECT FROM queue.live_tasks t WHERE t.id = v_s.last_task) THEN
+            UPDATE queue.schedules s
+               SET next_fire = v_next
+             WHERE s.name = v_s.name;
+            CONTINUE;
+        END IF;
         v_key := 'schedule:' || v_s.name || ':'
                  || pg_catalog.to_char(v_tick AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"');
         IF NOT EXISTS (SELECT FROM queue.live_tasks t WHERE t.stage = v_s.stage AND t.key = v_key) THEN
-            PERFORM queue.enqueue(payload => v_s.payload, stage => v_s.stage, priority => v_s.priority,
+            v_id := queue.enqueue(payload => v_s.payload, stage => v_s.stage, priority => v_s.priority,
                                   key => v_key);
             v_count := v_count + 1;
         END IF;
         UPDATE queue.schedules s
-           SET next_fire = v_next, last_fired = v_tick
+           SET next_fire = v_next, last_fired = v_tick, last_task = coalesce(v_id, s.last_task)
          WHERE s.name = v_s.name;
+        v_id := NULL;
     END LOOP;
     RETURN v_count;
 END
 $$;
-COMMENT ON FUNCTION queue.fire_schedules(timestamptz) IS 'Enqueues one task for each schedule due at now, for its latest due tick (missed ticks skipped), and moves next_fire past now. Exactly once per tick with concurrent callers (SKIP LOCKED, task key per tick). Returns the count. Run by maintain().';
+COMMENT ON FUNCTION queue.fire_schedules(timestamptz) IS 'Enqueues one task for each schedule due at now, for its latest due tick (missed ticks and, without overlap, ticks while the last task is live are skipped); moves next_fire past now. Once per tick (SKIP LOCKED, key per tick). Returns the count.';
 REVOKE ALL ON FUNCTION queue.fire_schedules(timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.fire_schedules(timestamptz) TO skiplock_admin;

@@ -1,12 +1,18 @@
--- heartbeat(id, lease, lease_for, stage): tell the queue this worker is alive and still on the task.
--- Renews the lease to now() + lease_for, or without lease_for to now() + the stage's lease_duration
--- unless the lease already runs longer, and returns the new expiry.
--- Raises 22004 for a NULL id or lease, 22023 for a lease_for that is not positive, and SK001 (lease
--- lost) when the lease is not the task's current one: the worker should stop working on the task,
--- another attempt may already run. Locks and writes the task's row of queue.live_tasks.
+-- heartbeat(id, lease, lease_for, stage, progress): tell the queue this worker is alive and still on
+-- the task. Renews the lease to now() + lease_for, or without lease_for to now() + the stage's
+-- lease_duration unless the lease already runs longer, and returns the new expiry. progress, when
+-- given (a JSON object or array bounded as payloads), replaces the task's progress (queue.tasks
+-- shows it); NULL leaves it as it is.
+-- Raises 22004 for a NULL id or lease, 22023 for a lease_for that is not positive or a JSON scalar
+-- progress, 54000 for a progress over 1 MiB, and SK001 (lease lost) when the lease is not the
+-- task's current one: the worker should stop working on the task, another attempt may already
+-- run. Locks and writes the task's row of queue.live_tasks.
 -- stage, when given, is the task's stage (routes the call on Citus); any other raises SK001.
+-- The four-argument form is dropped first, so that calls without progress resolve to this one.
+-- squawk-ignore ban-drop-function
+DROP FUNCTION IF EXISTS queue.heartbeat(bigint, uuid, interval, text);
 CREATE OR REPLACE FUNCTION queue.heartbeat(id bigint, lease uuid, lease_for interval DEFAULT NULL,
-                                           stage text DEFAULT NULL)
+                                           stage text DEFAULT NULL, progress jsonb DEFAULT NULL)
     RETURNS timestamptz
     LANGUAGE plpgsql
     VOLATILE
@@ -26,6 +32,9 @@ BEGIN
                   DETAIL = pg_catalog.format('lease_for is %s.', heartbeat.lease_for),
                   HINT = 'Give the time the worker still needs, or NULL for the stage''s lease_duration.';
     END IF;
+    IF heartbeat.progress IS NOT NULL THEN
+        PERFORM queue._check_payload(heartbeat.progress, 'progress');
+    END IF;
 
     -- The worker's own figure is its estimate of the time it still needs; without one, the
     -- stage's lease_duration never shortens a longer lease the take asked for.
@@ -35,7 +44,8 @@ BEGIN
                                     THEN pg_catalog.now() + heartbeat.lease_for
                                     ELSE greatest(t.lease_expires,
                                                   pg_catalog.now() + (queue._settings(t.stage)).lease_duration)
-                               END
+                               END,
+               progress = coalesce(heartbeat.progress, t.progress)
          WHERE t.id = heartbeat.id AND t.lease = heartbeat.lease
         RETURNING t.lease_expires INTO v_expires;
     ELSE
@@ -44,7 +54,8 @@ BEGIN
         v_until := pg_catalog.now() + coalesce(heartbeat.lease_for, (queue._settings(heartbeat.stage)).lease_duration);
         UPDATE queue.live_tasks t
            SET lease_expires = CASE WHEN heartbeat.lease_for IS NOT NULL THEN v_until
-                                    ELSE greatest(t.lease_expires, v_until) END
+                                    ELSE greatest(t.lease_expires, v_until) END,
+               progress = coalesce(heartbeat.progress, t.progress)
          WHERE t.id = heartbeat.id AND t.lease = heartbeat.lease AND t.stage = heartbeat.stage
         RETURNING t.lease_expires INTO v_expires;
     END IF;
@@ -57,6 +68,6 @@ BEGIN
     RETURN v_expires;
 END
 $$;
-COMMENT ON FUNCTION queue.heartbeat(bigint, uuid, interval, text) IS 'Renews the lease of a running attempt and returns the new expiry: now() + lease_for, else now() + the stage''s lease_duration unless the lease runs longer already. Raises SK001 when the lease is no longer current. Locks the task''s row.';
-REVOKE ALL ON FUNCTION queue.heartbeat(bigint, uuid, interval, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.heartbeat(bigint, uuid, interval, text) TO skiplock_worker, skiplock_admin;
+COMMENT ON FUNCTION queue.heartbeat(bigint, uuid, interval, text, jsonb) IS 'Renews the lease of a running attempt and returns the new expiry: now() + lease_for, else now() + the stage''s lease_duration unless longer already; stores progress if given. SK001 when the lease is not current.';
+REVOKE ALL ON FUNCTION queue.heartbeat(bigint, uuid, interval, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.heartbeat(bigint, uuid, interval, text, jsonb) TO skiplock_worker, skiplock_admin;

@@ -1,21 +1,27 @@
--- schedule(name, cron, stage, payload, priority, timezone): create or replace a named cron schedule;
--- returns its next fire time. Each due tick enqueues one task (payload, stage, priority) when
--- queue.fire_schedules() runs (queue.maintain() calls it).
+-- schedule(name, cron, stage, payload, priority, timezone, overlap): create or replace a named cron
+-- schedule; returns its next fire time. Each due tick enqueues one task (payload, stage, priority)
+-- when queue.fire_schedules() runs (queue.maintain() calls it).
 --   cron      5 fields (minute hour day-of-month month day-of-week) or a macro, see _cron_parse.
 --   timezone  the cron fields are wall-clock time there (default UTC), see _cron_next.
+--   overlap   true (default) fires every tick; false skips a tick while the task the schedule last
+--             enqueued is still live (ready, running or waiting for a retry, in any stage).
 -- Replacing keeps the pending tick when cron and timezone are unchanged, so re-running a deploy
 -- script never loses or repeats a tick; a new cron or timezone starts from the first tick after now
 -- (or after the last fired tick, if later: a tick never fires twice).
 -- Raises 22004 for a NULL argument, 22023 for an invalid name, cron expression (or one that never
 -- fires), stage, payload or time zone, 54000 for a payload over 1 MiB.
 -- Writes queue.schedules (one row, locked until commit).
+-- The six-argument form is dropped first, so that calls without overlap resolve to this one.
+-- squawk-ignore ban-drop-function
+DROP FUNCTION IF EXISTS queue.schedule(text, text, text, jsonb, integer, text);
 CREATE OR REPLACE FUNCTION queue.schedule(
         name     text,
         cron     text,
         stage    text    DEFAULT 'default',
         payload  jsonb   DEFAULT '{}',
         priority integer DEFAULT 0,
-        timezone text    DEFAULT 'UTC')
+        timezone text    DEFAULT 'UTC',
+        overlap  boolean DEFAULT true)
     RETURNS timestamptz
     LANGUAGE plpgsql
     VOLATILE
@@ -52,6 +58,12 @@ BEGIN
                   DETAIL = pg_catalog.format('schedule was called with priority NULL for schedule %s.', pg_catalog.quote_literal(schedule.name)),
                   HINT = 'Lower runs first; the default is 0.';
     END IF;
+    IF schedule.overlap IS NULL THEN
+        RAISE EXCEPTION 'overlap must not be NULL'
+            USING ERRCODE = '22004',
+                  DETAIL = pg_catalog.format('schedule was called with overlap NULL for schedule %s.', pg_catalog.quote_literal(schedule.name)),
+                  HINT = 'true fires every tick (the default); false skips a tick while the previous task is live.';
+    END IF;
     IF schedule.timezone = '' THEN
         RAISE EXCEPTION 'unknown time zone'
             USING ERRCODE = '22023',
@@ -85,16 +97,17 @@ BEGIN
         v_next := queue._cron_next(schedule.cron, GREATEST(v_now, v_old.last_fired), schedule.timezone);
     END IF;
 
-    INSERT INTO queue.schedules AS s (name, cron, stage, payload, priority, timezone, next_fire, created, updated)
+    INSERT INTO queue.schedules AS s (name, cron, stage, payload, priority, timezone, next_fire, created, updated,
+                                      overlap)
     VALUES (schedule.name, schedule.cron, schedule.stage, schedule.payload, schedule.priority,
-            schedule.timezone, v_next, v_now, v_now)
+            schedule.timezone, v_next, v_now, v_now, schedule.overlap)
     ON CONFLICT ON CONSTRAINT schedules_pkey DO UPDATE
        SET cron = excluded.cron, stage = excluded.stage, payload = excluded.payload,
            priority = excluded.priority, timezone = excluded.timezone,
-           next_fire = excluded.next_fire, updated = excluded.updated;
+           next_fire = excluded.next_fire, updated = excluded.updated, overlap = excluded.overlap;
     RETURN v_next;
 END
 $$;
-COMMENT ON FUNCTION queue.schedule(text, text, text, jsonb, integer, text) IS 'Creates or replaces a named cron schedule (5-field cron or @daily etc., in timezone): each due tick enqueues one task when fire_schedules() runs. Returns the next fire time. Same cron and timezone keep the pending tick. Writes queue.schedules.';
-REVOKE ALL ON FUNCTION queue.schedule(text, text, text, jsonb, integer, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.schedule(text, text, text, jsonb, integer, text) TO skiplock_admin;
+COMMENT ON FUNCTION queue.schedule(text, text, text, jsonb, integer, text, boolean) IS 'Creates or replaces a named cron schedule (5-field cron or @daily etc., in timezone): each due tick enqueues one task (overlap false: none while the last is live). Returns the next fire time. Same cron and timezone keep the pending tick.';
+REVOKE ALL ON FUNCTION queue.schedule(text, text, text, jsonb, integer, text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.schedule(text, text, text, jsonb, integer, text, boolean) TO skiplock_admin;

@@ -44,4 +44,4 @@ COMMENT ON COLUMN queue.history.started IS 'When the last attempt started (NULL 
 COMMENT ON COLUMN queue.history.finished IS 'When it reached its final state; the partition key.';
 COMMENT ON COLUMN queue.history.group_key IS 'Group (tenant, user, document) the task belonged to, if any.';
 COMMENT ON COLUMN queue.history.run_as IS 'SQL tasks (enqueue_sql): the role that enqueued it; run_sql_tasks runs the request as this role. NULL for ordinary tasks. Set only by enqueue_sql, so no producer can make a task run as another role.';
-COMMENT ON COLUMN queue.history.result IS 'SQL tasks: the response of a done run, written by run_sql_tasks ({"columns": [{"name", "type"}], "rows": [[…]], "row_count"}, or {"command": …, "row_count"} for a statement that returns no rows); NULL otherwise.';
+COMMENT ON COLUMN queue.history.result IS 'What a done run returned: finish(…, result => …) and its kin (a JSON object or array of at most 1 MiB); for SQL tasks the response run_sql_tasks wrote ({"columns": …, "rows": …, "row_count"}, or {"command": …, "row_count"}). NULL otherwise.';

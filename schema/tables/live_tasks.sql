@@ -50,6 +50,7 @@ CREATE TABLE queue.live_tasks (
     slot           timestamptz,
     group_key      text,
     run_as         regrole,
+    progress       jsonb,
     -- The stage is in the key so that the table can be distributed by stage (Citus); the identity
     -- alone keeps ids unique, and id leads, so a lookup by id alone still probes this index.
     CONSTRAINT live_tasks_pkey PRIMARY KEY (id, stage)
@@ -91,3 +92,4 @@ COMMENT ON COLUMN queue.live_tasks.drift IS 'Periodic tasks: true (default) plan
 COMMENT ON COLUMN queue.live_tasks.slot IS 'Periodic tasks: the planned time of the current run. Retries move run_at, never slot, so a failed attempt does not shift the schedule. NULL for a one-off task.';
 COMMENT ON COLUMN queue.live_tasks.group_key IS 'Optional group (tenant, user, document) for the stage''s group_limit: at most that many tasks of one group run at once. 1 to 200 characters, or NULL for none.';
 COMMENT ON COLUMN queue.live_tasks.run_as IS 'SQL tasks (enqueue_sql): the role that enqueued it; run_sql_tasks runs the request as this role. NULL for ordinary tasks. Set only by enqueue_sql, so no producer can make a task run as another role.';
+COMMENT ON COLUMN queue.live_tasks.progress IS 'The latest progress a worker reported, heartbeat(…, progress => …): a JSON object or array of at most 1 MiB. Kept when an attempt fails or is released, cleared when the task moves to another stage or re-arms.';

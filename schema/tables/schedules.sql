@@ -1,6 +1,6 @@
 -- Named cron schedules: queue.fire_schedules() (called by queue.maintain()) enqueues one task for
 -- each schedule whose next_fire has come, and moves next_fire on. Written only through
--- queue.schedule(), queue.unschedule() and queue.fire_schedules().
+-- queue.schedule(), queue.unschedule(), queue.fire_schedules() and queue.run_schedule_now().
 CREATE TABLE queue.schedules (
     name        text        NOT NULL PRIMARY KEY
                             CONSTRAINT schedules_name_length CHECK (length(name) BETWEEN 1 AND 200),
@@ -17,6 +17,8 @@ CREATE TABLE queue.schedules (
     last_fired  timestamptz,
     created     timestamptz NOT NULL DEFAULT now(),
     updated     timestamptz NOT NULL DEFAULT now(),
+    overlap     boolean     NOT NULL DEFAULT true,
+    last_task   bigint,
     CONSTRAINT schedules_fired_before_next CHECK (last_fired IS NULL OR last_fired < next_fire)
 );
 
@@ -34,5 +36,7 @@ COMMENT ON COLUMN queue.schedules.next_fire IS 'The next due tick: fire_schedule
 COMMENT ON COLUMN queue.schedules.last_fired IS 'The tick the schedule last fired for (the latest one that was due); NULL: never fired.';
 COMMENT ON COLUMN queue.schedules.created IS 'When the schedule was first created.';
 COMMENT ON COLUMN queue.schedules.updated IS 'When schedule() last created or replaced it (firing does not change it).';
+COMMENT ON COLUMN queue.schedules.overlap IS 'true (default): every tick enqueues a task. false: a tick is skipped (next_fire moves on, nothing enqueued) while last_task is still live.';
+COMMENT ON COLUMN queue.schedules.last_task IS 'Id of the task the schedule last enqueued (a tick or run_schedule_now); NULL: none yet.';
 
 GRANT SELECT ON queue.schedules TO skiplock_admin, skiplock_monitor;

@@ -30,7 +30,7 @@ import pytest
 
 from skiplock.sqlfiles import ROOT
 from skiplock.testrun import create_database, drop_database
-from skiplock.worker import Fail, Task, Worker
+from skiplock.worker import Fail, Outcome, Task, Worker
 
 CLIENTS = ROOT / "clients"
 NODE_DIR = CLIENTS / "node"
@@ -478,6 +478,29 @@ def test_reference_worker_fails_the_attempt_whatever_the_handler_raises(url: str
         assert conn.execute("SELECT status::text, attempt, error_text FROM queue.tasks WHERE id = ANY(%s) ORDER BY id",
                             (ids,)).fetchall() == [("error", 1, "KeyError: 'image'"), ("error", 1, "binary\\0output"),
                                                    ("error", 1, "RuntimeError: caf\\udce9.jpg")]
+
+
+def test_reference_worker_keeps_the_result_a_handler_returns(url: str) -> None:
+    """skiplock.worker.Worker: Outcome(result=…) is the run's result in queue.history; with
+    next_stage it is the payload the next stage's handler gets."""
+    stage, nxt = "ref_result", "ref_result.next"
+    seen: list[object] = []
+
+    def first(task: Task) -> Outcome:
+        return Outcome(next_stage=nxt if task.payload["n"] else None, result={"double": task.payload["n"] * 2})
+
+    def second(task: Task) -> None:
+        seen.append(task.payload)
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        ids = [r[0] for r in conn.execute("SELECT queue.enqueue_batch(ARRAY['{\"n\": 0}', '{\"n\": 4}']::jsonb[], stage => %s)",
+                                          (stage,))]
+        worker = Worker(url, {stage: first, nxt: second}, batch=10, idle_wait=0.1)
+        worker.run(should_stop=lambda: worker.counters.finished >= 3)
+        assert conn.execute("SELECT stage, status::text, result FROM queue.tasks WHERE id = ANY(%s) ORDER BY id, finished",
+                            (ids,)).fetchall() == [(stage, "done", {"double": 0}), (stage, "done", {"double": 8}),
+                                                   (nxt, "done", None)]
+    assert seen == [{"double": 8}]
 
 
 CRASHING_HANDLER = {

@@ -166,3 +166,102 @@ def test_sessions_at_different_times_never_enqueue_a_tick_twice(sched_db: str):
     bad = [(n, t) for n, t in pairs if t.minute not in minutes[n] or not BASE <= t <= last]
     assert not bad, f"tasks for times that are no tick: {bad[:10]}"
     assert len(pairs) > len(minutes), "too few firings to mean anything"
+
+
+OVERLAP_SCHEDULES = 12
+
+
+def test_schedules_without_overlap_never_have_two_live_tasks_while_sessions_fire_run_now_and_work(sched_db: str):
+    """schedule(…, overlap => false) under concurrency: sessions fire the same ticks and call
+    run_schedule_now at random while workers take, fail, move on and finish the tasks, and a
+    sampler reads, snapshot after snapshot, how many live tasks each schedule has: never two."""
+    names = [f"ov-{i:02d}" for i in range(OVERLAP_SCHEDULES)]
+    stages = [f"ov.{i:02d}" for i in range(OVERLAP_SCHEDULES)]
+    with psycopg.connect(sched_db, autocommit=True) as conn:
+        for name, stage in zip(names, stages):
+            conn.execute("SELECT queue.schedule(%s, '* * * * *', stage => %s, overlap => false)", (name, stage))
+        conn.execute("UPDATE queue.schedules SET next_fire = %s", (BASE,))
+    times = [BASE + timedelta(minutes=k) + OFFSET for k in range(STEPS)]
+    firing_done = threading.Event()
+    errors: list[BaseException] = []
+    enqueued: list[int] = []          # fire_schedules' counts and run_schedule_now's non-NULL ids
+    refused: list[str] = []           # run_schedule_now calls that returned NULL
+    seen_two: list[tuple] = []
+    samples: list[int] = []
+
+    def firer(n: int, barrier: threading.Barrier) -> None:
+        rng = random.Random(n)
+        try:
+            with psycopg.connect(sched_db, autocommit=True) as conn:
+                for now in times:
+                    barrier.wait()
+                    enqueued.append(conn.execute("SELECT queue.fire_schedules(%s)", (now,)).fetchone()[0])
+                    if rng.random() < 0.3:
+                        name = rng.choice(names)
+                        task = conn.execute("SELECT queue.run_schedule_now(%s)", (name,)).fetchone()[0]
+                        (enqueued.append(1) if task is not None else refused.append(name))
+        except BaseException as e:
+            errors.append(e)
+            barrier.abort()
+
+    def worker(n: int) -> None:
+        rng = random.Random(100 + n)
+        try:
+            with psycopg.connect(sched_db, autocommit=True) as conn:
+                while not firing_done.is_set():
+                    stage = rng.choice(stages) + rng.choice(["", ".next"])
+                    row = conn.execute("SELECT id, lease FROM queue.take_next(%s)", (stage,)).fetchone()
+                    if row is None or row[0] is None:
+                        continue
+                    conn.execute("SELECT pg_sleep(%s)", (rng.random() * 0.02,))
+                    roll = rng.random()
+                    if roll < 0.2:
+                        conn.execute("SELECT queue.fail(%s, %s, 'flaky', retry_in => interval '0', stage => %s)",
+                                     (row[0], row[1], stage))
+                    elif roll < 0.4 and not stage.endswith(".next"):
+                        conn.execute("SELECT queue.finish(%s, %s, %s, %s)", (row[0], row[1], stage + ".next", stage))
+                    else:
+                        conn.execute("SELECT queue.finish(%s, %s, stage => %s)", (row[0], row[1], stage))
+        except BaseException as e:
+            errors.append(e)
+
+    def sampler() -> None:
+        try:
+            with psycopg.connect(sched_db, autocommit=True) as conn:
+                while not firing_done.is_set():
+                    # One statement, one snapshot: the live tasks of each schedule at one instant.
+                    rows = conn.execute(
+                        "SELECT split_part(t.key, ':', 2), count(*) FROM queue.live_tasks t "
+                        "WHERE t.key LIKE 'schedule:ov-%' GROUP BY 1 HAVING count(*) > 1").fetchall()
+                    seen_two.extend(rows)
+                    samples.append(1)
+        except BaseException as e:
+            errors.append(e)
+
+    barrier = threading.Barrier(SESSIONS // 2, timeout=60)
+    firers = [threading.Thread(target=firer, args=(n, barrier)) for n in range(SESSIONS // 2)]
+    others = [threading.Thread(target=worker, args=(n,)) for n in range(3)] + [threading.Thread(target=sampler)]
+    for t in firers + others:
+        t.start()
+    for t in firers:
+        t.join(120)
+    firing_done.set()
+    for t in others:
+        t.join(120)
+    assert not any(t.is_alive() for t in firers + others), "a session hung"
+    assert not errors, f"a session failed: {errors[0]!r}"
+    assert not seen_two, f"schedules without overlap had two live tasks at once: {seen_two[:10]}"
+    with psycopg.connect(sched_db) as conn:
+        twice = conn.execute("SELECT split_part(t.key, ':', 2), count(*) FROM queue.live_tasks t "
+                             "WHERE t.key LIKE 'schedule:ov-%' GROUP BY 1 HAVING count(*) > 1").fetchall()
+        done = conn.execute("SELECT count(*) FROM queue.history WHERE key LIKE 'schedule:ov-%' "
+                            "AND stage NOT LIKE '%.next' AND status = 'done'").fetchone()[0]
+    assert not twice, f"two live tasks of a schedule at the end: {twice}"
+    # It was exercised: ticks were skipped (fewer tasks than ticks), tasks still ran to the end and
+    # new ones were enqueued after them, run_schedule_now was refused while one was live, and the
+    # sampler looked many times.
+    fired = sum(enqueued)
+    assert OVERLAP_SCHEDULES < fired < OVERLAP_SCHEDULES * STEPS, fired
+    assert done > OVERLAP_SCHEDULES, done
+    assert refused, "run_schedule_now was never refused"
+    assert len(samples) > 50, len(samples)

@@ -25,21 +25,22 @@ SELECT set_eq(
         'queue.enqueue_sql(text,text,timestamp with time zone,interval,integer,text,text,interval,boolean,integer,boolean)',
         'queue.fail(bigint,uuid,text,boolean,interval,text)',
         'queue.fail_locked(bigint,text,boolean,interval,text,text)',
-        'queue.finish(bigint,uuid,text,text)',
-        'queue.finish_and_take(bigint,uuid,text,integer,interval,text)',
-        'queue.finish_batch(bigint[],uuid[],text)',
-        'queue.finish_locked(bigint,text,text)',
+        'queue.finish(bigint,uuid,text,text,jsonb)',
+        'queue.finish_and_take(bigint,uuid,text,integer,interval,text,jsonb)',
+        'queue.finish_batch(bigint[],uuid[],text,jsonb[])',
+        'queue.finish_locked(bigint,text,text,jsonb)',
         'queue.fire_schedules(timestamp with time zone)',
         'queue.grant_stage(text,regrole,boolean,boolean)',
-        'queue.heartbeat(bigint,uuid,interval,text)',
+        'queue.heartbeat(bigint,uuid,interval,text,jsonb)',
         'queue.maintain(timestamp with time zone)',
         'queue.reap_hung()',
         'queue.release(bigint,uuid,interval,text)',
         'queue.retry(bigint,text)',
         'queue.revoke_stage(text,regrole)',
         'queue.rotate_partitions(timestamp with time zone)',
+        'queue.run_schedule_now(text)',
         'queue.run_sql_tasks(text,integer,text,integer)',
-        'queue.schedule(text,text,text,jsonb,integer,text)',
+        'queue.schedule(text,text,text,jsonb,integer,text,boolean)',
         'queue.set_priority(bigint,integer,text)',
         'queue.stop_sql_executor(integer)',
         'queue.take_locked(text,integer)',
@@ -77,13 +78,13 @@ SELECT is_empty(
          AND NOT (p.oid IN ('queue.take_next(text,integer,interval,text)'::regprocedure,
                             'queue.take_locked(text,integer)'::regprocedure,
                             'queue.consume(text,integer)'::regprocedure,
-                            'queue.finish(bigint,uuid,text,text)'::regprocedure,
+                            'queue.finish(bigint,uuid,text,text,jsonb)'::regprocedure,
                             'queue.fail(bigint,uuid,text,boolean,interval,text)'::regprocedure,
                             'queue.release(bigint,uuid,interval,text)'::regprocedure)
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",plan_cache_mode=force_generic_plan}')
          -- finish_batch joins its pairs to live_tasks, reap_hung its expired leases: the index,
          -- whatever the statistics.
-         AND NOT (p.oid = 'queue.finish_batch(bigint[],uuid[],text)'::regprocedure
+         AND NOT (p.oid = 'queue.finish_batch(bigint[],uuid[],text,jsonb[])'::regprocedure
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",plan_cache_mode=force_generic_plan,enable_seqscan=off}')
          AND NOT (p.oid = 'queue.reap_hung()'::regprocedure
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",enable_seqscan=off}')
@@ -100,7 +101,7 @@ SELECT is_empty(
          -- callers; _settings, two probes, costs no more than the probes without a SET clause;
          -- _live_row_ok runs for every row a test writes (the CHECK the test suite adds).
          AND NOT (p.oid IN ('queue._held_entry(text,xid8,bigint)'::regprocedure,
-                            'queue._history_row(queue.live_tasks,queue.task_status,integer,text,text,timestamptz,timestamptz)'::regprocedure,
+                            'queue._history_row(queue.live_tasks,queue.task_status,integer,text,text,timestamptz,timestamptz,jsonb)'::regprocedure,
                             'queue._settings(text)'::regprocedure,
                             'queue._live_row_ok(queue.task_status_live,integer,uuid,timestamptz,timestamptz,boolean,interval,timestamptz,text)'::regprocedure)
                   AND p.proconfig IS NULL)
@@ -223,15 +224,15 @@ SELECT set_eq(
          AND pg_catalog.has_function_privilege('skiplock_worker', p.oid, 'EXECUTE')$$,
     ARRAY['queue.take_next(text,integer,interval,text)',
           'queue.take_next(text[],integer,interval,text)',
-          'queue.heartbeat(bigint,uuid,interval,text)',
-          'queue.finish(bigint,uuid,text,text)',
-          'queue.finish_batch(bigint[],uuid[],text)',
+          'queue.heartbeat(bigint,uuid,interval,text,jsonb)',
+          'queue.finish(bigint,uuid,text,text,jsonb)',
+          'queue.finish_batch(bigint[],uuid[],text,jsonb[])',
           'queue.fail(bigint,uuid,text,boolean,interval,text)',
           'queue.release(bigint,uuid,interval,text)',
-          'queue.finish_and_take(bigint,uuid,text,integer,interval,text)',
+          'queue.finish_and_take(bigint,uuid,text,integer,interval,text,jsonb)',
           'queue.take_locked(text,integer)',
           'queue.take_locked(text[],integer)',
-          'queue.finish_locked(bigint,text,text)',
+          'queue.finish_locked(bigint,text,text,jsonb)',
           'queue.fail_locked(bigint,text,boolean,interval,text,text)',
           'queue.consume(text,integer)',
           'queue.consume(text[],integer)'],

@@ -153,14 +153,14 @@ SELECT results_eq(
 SELECT results_eq(
     $$SELECT message, has_detail, has_hint
         FROM pg_temp.raises(regexp_replace(
-                 (SELECT prosrc FROM pg_catalog.pg_proc WHERE oid = 'queue.heartbeat(bigint,uuid,interval,text)'::regprocedure),
+                 (SELECT prosrc FROM pg_catalog.pg_proc WHERE oid = 'queue.heartbeat(bigint,uuid,interval,text,jsonb)'::regprocedure),
                  'DETAIL = pg_catalog\.format\(''Task %s is not running[^)]*\),', ''))
        WHERE message = '''lease lost'''$$,
     $$VALUES ('''lease lost''', false, true)$$,
     'heartbeat''s lease lost without its DETAIL is caught'
 );
 SELECT is(
-    (SELECT count(*)::integer FROM queue_raises WHERE function = 'queue.heartbeat(bigint,uuid,interval,text)'),
+    (SELECT count(*)::integer FROM queue_raises WHERE function = 'queue.heartbeat(bigint,uuid,interval,text,jsonb)'),
     2,
     'heartbeat has its two RAISE EXCEPTION statements read (its NULL check raises through _raise_bad_argument)'
 );

@@ -1,10 +1,15 @@
--- _rearm(task, status, attempt, worker, error_text, started, finished): record a periodic task's run
--- in queue.history (status done or fatal, with the values given) and re-arm the same row, ready
--- from attempt 0, for its next slot after `finished` (_next_slot). The caller has locked the row;
--- history is written only when the row was there to re-arm.
+-- _rearm(task, status, attempt, worker, error_text, started, finished, result): record a periodic
+-- task's run in queue.history (status done or fatal, with the values given, result that of a done
+-- run) and re-arm the same row, ready from attempt 0 and without progress, for its next slot after
+-- `finished` (_next_slot). The caller has locked the row; history is written only when the row
+-- was there to re-arm.
 -- Writes queue.live_tasks and queue.history; raises nothing of its own.
+-- The seven-argument form is dropped first, so that a seven-argument call resolves to this one.
+-- squawk-ignore ban-drop-function
+DROP FUNCTION IF EXISTS queue._rearm(queue.live_tasks, queue.task_status, integer, text, text, timestamptz, timestamptz);
 CREATE OR REPLACE FUNCTION queue._rearm(task queue.live_tasks, status queue.task_status, attempt integer,
-                                        worker text, error_text text, started timestamptz, finished timestamptz)
+                                        worker text, error_text text, started timestamptz, finished timestamptz,
+                                        result jsonb DEFAULT NULL)
     RETURNS void
     LANGUAGE plpgsql
     VOLATILE
@@ -17,14 +22,14 @@ BEGIN
     UPDATE queue.live_tasks t
        SET status = 'ready', attempt = 0, run_at = v_next, slot = v_next,
            lease = NULL, lease_expires = NULL, started = NULL, worker = NULL,
-           error_text = NULL, updated = _rearm.finished
+           error_text = NULL, progress = NULL, updated = _rearm.finished
      WHERE t.id = task.id AND t.stage = task.stage;
     IF FOUND THEN  -- history only for a row this re-armed
         INSERT INTO queue.history
         SELECT (queue._history_row(task, _rearm.status, _rearm.attempt, _rearm.worker, _rearm.error_text,
-                                   _rearm.started, _rearm.finished)).*;
+                                   _rearm.started, _rearm.finished, _rearm.result)).*;
     END IF;
 END
 $$;
-COMMENT ON FUNCTION queue._rearm(queue.live_tasks, queue.task_status, integer, text, text, timestamptz, timestamptz) IS 'Internal: records a periodic task''s run in queue.history and re-arms its row for the next slot.';
-REVOKE ALL ON FUNCTION queue._rearm(queue.live_tasks, queue.task_status, integer, text, text, timestamptz, timestamptz) FROM PUBLIC;
+COMMENT ON FUNCTION queue._rearm(queue.live_tasks, queue.task_status, integer, text, text, timestamptz, timestamptz, jsonb) IS 'Internal: records a periodic task''s run in queue.history and re-arms its row for the next slot.';
+REVOKE ALL ON FUNCTION queue._rearm(queue.live_tasks, queue.task_status, integer, text, text, timestamptz, timestamptz, jsonb) FROM PUBLIC;

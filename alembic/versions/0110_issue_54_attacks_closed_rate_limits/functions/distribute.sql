@@ -82,14 +82,14 @@ BEGIN
                        ('queue.take_next(text,integer,interval,text)', true),
                        ('queue.take_locked(text,integer)', true),
                        ('queue.consume(text,integer)', true),
-                       ('queue.finish_and_take(bigint,uuid,text,integer,interval,text)', true),
+                       ('queue.finish_and_take(bigint,uuid,text,integer,interval,text,jsonb)', true),
                        -- not forced: a move to next_stage writes another stage's shard
-                       ('queue.finish(bigint,uuid,text,text)', false),
-                       ('queue.finish_batch(bigint[],uuid[],text)', true),
+                       ('queue.finish(bigint,uuid,text,text,jsonb)', false),
+                       ('queue.finish_batch(bigint[],uuid[],text,jsonb[])', true),
                        ('queue.fail(bigint,uuid,text,boolean,interval,text)', true),
-                       ('queue.heartbeat(bigint,uuid,interval,text)', true),
+                       ('queue.heartbeat(bigint,uuid,interval,text,jsonb)', true),
                        ('queue.release(bigint,uuid,interval,text)', true),
-                       ('queue.finish_locked(bigint,text,text)', true),
+                       ('queue.finish_locked(bigint,text,text,jsonb)', true),
                        ('queue.fail_locked(bigint,text,boolean,interval,text,text)', true)) AS f (fn, force)
           JOIN pg_catalog.pg_proc p ON p.oid = f.fn::regprocedure
     LOOP

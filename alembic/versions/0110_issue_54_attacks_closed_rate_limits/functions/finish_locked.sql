@@ -1,17 +1,22 @@
--- finish_locked(id, worker, stage): end successfully a task this transaction took with take_locked. The
--- task leaves queue.live_tasks and is written to queue.history as done, with the attempt it ran as,
--- started at the transaction's start and finished at clock time; a periodic task is recorded and
--- re-armed, as finish() does. worker, if given, is recorded in queue.history.
+-- finish_locked(id, worker, stage, result): end successfully a task this transaction took with
+-- take_locked. The task leaves queue.live_tasks and is written to queue.history as done, with the
+-- attempt it ran as, started at the transaction's start and finished at clock time; a periodic task
+-- is recorded and re-armed, as finish() does. worker, if given, and result (a JSON object or array
+-- bounded as payloads) are recorded in queue.history.
 -- The claim, as the lease is to finish(), is the row lock plus take_locked's signed entry in the
 -- setting skiplock.held, which binds the attempt and run_at it took (a rolled-back savepoint
 -- undoes both; a replay of the entry finds the lock another's or the task changed). False, changing nothing,
 -- for any other task: never taken, another transaction's, already ended, or changed since the take
 -- (re-run by this same transaction: left ready for its new payload).
 -- Commit the worker's own writes in the same transaction: they and the finish are one.
--- Raises 22004 for a NULL id, 22023 for a long worker name. Locks the task's row (already locked
--- by take_locked); writes queue.live_tasks and queue.history.
--- stage, when given, is the task's stage (routes the call on Citus); any other: false.
-CREATE OR REPLACE FUNCTION queue.finish_locked(id bigint, worker text DEFAULT NULL, stage text DEFAULT NULL)
+-- Raises 22004 for a NULL id, 22023 for a long worker name or a scalar result, 54000 for a result
+-- over 1 MiB. Locks the task's row (already locked by take_locked); writes queue.live_tasks and
+-- queue.history. stage, when given, is the task's stage (routes the call on Citus); any other:
+-- false. The three-argument form is dropped first: calls without result resolve to this one.
+-- squawk-ignore ban-drop-function
+DROP FUNCTION IF EXISTS queue.finish_locked(bigint, text, text);
+CREATE OR REPLACE FUNCTION queue.finish_locked(id bigint, worker text DEFAULT NULL, stage text DEFAULT NULL,
+                                               result jsonb DEFAULT NULL)
     RETURNS boolean
     LANGUAGE plpgsql
     VOLATILE
@@ -25,10 +30,14 @@ DECLARE
     v_key   text;
     v_task  queue.live_tasks;
 BEGIN
-    IF finish_locked.id IS NULL THEN
-        PERFORM queue._raise_bad_argument('finish_locked', 'id');
-    ELSIF pg_catalog.length(finish_locked.worker) > 200 THEN
-        PERFORM queue._raise_bad_argument('finish_locked', 'worker', finish_locked.worker);
+    -- One test when the arguments are good and no result is given; the rest only when it holds.
+    IF finish_locked.id IS NULL OR pg_catalog.length(finish_locked.worker) > 200 OR finish_locked.result IS NOT NULL THEN
+        IF finish_locked.id IS NULL THEN
+            PERFORM queue._raise_bad_argument('finish_locked', 'id');
+        ELSIF pg_catalog.length(finish_locked.worker) > 200 THEN
+            PERFORM queue._raise_bad_argument('finish_locked', 'worker', finish_locked.worker);
+        END IF;
+        PERFORM queue._check_payload(finish_locked.result, 'result');
     END IF;
     -- Held by this transaction now, as it took it (docs/decisions.md, "The take_locked fence"):
     -- the row is locked by this transaction (SKIP LOCKED skips another's lock, not this
@@ -51,7 +60,8 @@ BEGIN
         RETURNING t.*
     )
     INSERT INTO queue.history
-    SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt + 1, finish_locked.worker, d.error_text, pg_catalog.now(), v_now)).*
+    SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt + 1, finish_locked.worker, d.error_text, pg_catalog.now(), v_now,
+                               finish_locked.result)).*
       FROM done d;
     IF FOUND THEN
         RETURN true;  -- deleted, it needs no strike-out: a later end finds no row
@@ -73,10 +83,10 @@ BEGIN
                                  pg_catalog.pg_current_xact_id(), v_task.id);
     PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held, v_entry, ''), true);
     PERFORM queue._rearm(v_task, 'done', v_task.attempt + 1, finish_locked.worker, v_task.error_text,
-                         pg_catalog.now(), v_now);
+                         pg_catalog.now(), v_now, finish_locked.result);
     RETURN true;
 END
 $$;
-COMMENT ON FUNCTION queue.finish_locked(bigint, text, text) IS 'Ends successfully a task this transaction took with take_locked: done, to queue.history (a periodic task is re-armed). Only a task this transaction took (row lock and signed entry in skiplock.held) ends; false, changing nothing, otherwise.';
-REVOKE ALL ON FUNCTION queue.finish_locked(bigint, text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.finish_locked(bigint, text, text) TO skiplock_worker, skiplock_admin;
+COMMENT ON FUNCTION queue.finish_locked(bigint, text, text, jsonb) IS 'Ends successfully a task this transaction took with take_locked: done, to queue.history with result (a periodic task re-arms). Only a task this transaction took (row lock and signed entry in skiplock.held) ends; false, changing nothing, otherwise.';
+REVOKE ALL ON FUNCTION queue.finish_locked(bigint, text, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.finish_locked(bigint, text, text, jsonb) TO skiplock_worker, skiplock_admin;

@@ -1,0 +1,2 @@
+-- finish(…, result): the result column exists since the baseline (SQL tasks); it now holds every done run's result.
+COMMENT ON COLUMN queue.history.result IS 'What a done run returned: finish(…, result => …) and its kin (a JSON object or array of at most 1 MiB); for SQL tasks the response run_sql_tasks wrote ({"columns": …, "rows": …, "row_count"}, or {"command": …, "row_count"}). NULL otherwise.';

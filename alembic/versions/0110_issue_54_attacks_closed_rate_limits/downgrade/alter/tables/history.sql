@@ -1,0 +1,1 @@
+COMMENT ON COLUMN queue.history.result IS 'SQL tasks: the response of a done run, written by run_sql_tasks ({"columns": [{"name", "type"}], "rows": [[…]], "row_count"}, or {"command": …, "row_count"} for a statement that returns no rows); NULL otherwise.';

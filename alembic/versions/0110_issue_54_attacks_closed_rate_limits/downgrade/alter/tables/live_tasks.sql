@@ -1,0 +1,1 @@
+ALTER TABLE queue.live_tasks DROP COLUMN IF EXISTS progress;

@@ -44,6 +44,7 @@ STDERR_CHARS = 1900    # and at most this much of their end (the database keeps 
 KILL_WAIT = 5.0        # seconds between SIGTERM and SIGKILL of a command's process group
 RELEASE_WAIT = 15.0    # after the kill, how long the slots may take to hand their tasks back
 MAINTAIN_EVERY = 10.0  # seconds between a worker's tries at queue.maintain() (maintain_every)
+TIMEOUT_READ = 30.0    # seconds between reads of the stage's task_timeout
 
 
 class Unrecorded(Exception):
@@ -112,7 +113,8 @@ class Shared(slots.Shared):
         super().__init__(args, url, "worker")
         self.argv = argv
         self.procs: dict[int, subprocess.Popen[bytes]] = {}   # slot index -> its running command
-        self.timeout: float | None = args.timeout             # a command's time limit (--timeout), seconds
+        self.timeout: float | None = args.timeout             # a command's time limit (--timeout, else the stage's)
+        self.timeout_read = 0.0                               # when the stage's was last read (time.monotonic())
         self.maintains = not args.no_maintain                 # run queue.maintain() (slots.Maintainer)
 
     def kill_commands(self, sig: signal.Signals) -> int:
@@ -156,6 +158,7 @@ class Slot(slots.Slot[Shared]):
             delay, recovered = slots.BACKOFF_FIRST, False
             while not sh.stopping.is_set():
                 try:
+                    self.read_timeout()
                     task = self.take()
                 except psycopg.Error as e:
                     if not transient(e):
@@ -195,6 +198,25 @@ class Slot(slots.Slot[Shared]):
         finally:
             if self.conn is not None:
                 self.conn.close()
+
+    def read_timeout(self) -> None:
+        """The stage's task_timeout (queue.task_timeout), unless --timeout says; read at most every
+        TIMEOUT_READ seconds by one slot, so that the takes pay nothing for it."""
+        sh = self.shared
+        if sh.args.timeout is not None:
+            return
+        with sh.lock:
+            if time.monotonic() < sh.timeout_read + TIMEOUT_READ:
+                return
+            sh.timeout_read = time.monotonic()
+        try:
+            seconds = one(self.db.execute("SELECT extract(epoch FROM queue.task_timeout(%s))::float8",
+                                          (sh.args.stage,)))[0]
+        except psycopg.errors.UndefinedFunction:  # a database older than the setting
+            seconds = None
+        if seconds != sh.timeout and not sh.args.quiet:
+            sh.log("task timeout: " + (f"{seconds:g} s (the stage's task_timeout)" if seconds else "none"))
+        sh.timeout = seconds
 
     def take(self) -> Taken | None:
         a = self.shared.args

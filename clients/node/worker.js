@@ -35,9 +35,10 @@
 //
 // Unless MAINTAIN_EVERY is 0, the worker runs queue.maintain() every MAINTAIN_EVERY seconds, one
 // worker at a time across all of them (an advisory lock elects one), so that the tasks of a
-// worker that died come back with no `skiplock maintain` running. TASK_TIMEOUT seconds, if set,
-// fails the attempt of a handler that has not settled by then (retried by the stage's policy;
-// JavaScript cannot stop the handler itself, whose result is then ignored).
+// worker that died come back with no `skiplock maintain` running. A handler that has not settled
+// within the stage's task_timeout (configure_stage; read when the worker starts) or TASK_TIMEOUT
+// seconds, which overrides it, has its attempt failed (retried by the stage's policy; JavaScript
+// cannot stop the handler itself, whose result is then ignored).
 //
 // Settings (environment): DATABASE_URL, STAGE (default), BATCH (10, 1 to 10000), LEASE seconds
 // (60), IDLE_WAIT seconds (5), MAINTAIN_EVERY seconds (10, or LEASE/3 if shorter; 0: off),
@@ -265,6 +266,14 @@ class Worker {
   async run() {
     // LISTEN before the first take: a task enqueued in between still wakes us.
     if (this.listens) await this.listen();
+    if (this.taskTimeout === null) {  // the stage's own limit (configure_stage(task_timeout => …)), if any
+      try {
+        const { rows } = await this.query('SELECT extract(epoch FROM queue.task_timeout($1))::float8 AS s', [this.stage]);
+        this.taskTimeout = rows[0].s;
+      } catch (err) {
+        if (err.code !== '42883') throw err;  // a database older than the setting
+      }
+    }
     const beat = setInterval(() => { if (!this.beating) this.beat = this.heartbeat(); }, (this.lease * 1000) / 3);
     let maintaining = null;
     const maintainer = this.maintainEvery > 0 ? setInterval(() => {
@@ -444,6 +453,8 @@ async function main() {
   process.on('SIGTERM', () => worker.stop());
   process.on('SIGINT', () => worker.stop());
   await worker.run();
+  // A handler past its time limit may still hold a timer: it must not keep the process alive.
+  setTimeout(() => process.exit(0), 100).unref();
 }
 
 if (require.main === module) {

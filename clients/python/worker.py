@@ -32,7 +32,8 @@ refused login, a revoked grant, skiplock not installed) ends the worker in one l
 Unless MAINTAIN_EVERY is 0, a thread runs queue.maintain() every MAINTAIN_EVERY seconds, one
 worker at a time across all of them (an advisory lock elects one), so that the tasks of a worker
 that died come back without a `skiplock maintain` running (a login that may not run it says so
-once). TASK_TIMEOUT seconds, if set, fails the attempt of a handler that runs longer (SIGALRM
+once). A handler that runs longer than the stage's task_timeout (configure_stage; read when the
+worker starts) or TASK_TIMEOUT seconds, which overrides it, has its attempt failed (SIGALRM
 interrupts it in the main thread), retried by the stage's policy.
 
 Settings (environment): DATABASE_URL, STAGE (default), BATCH (10, 1 to 10000), LEASE seconds
@@ -459,7 +460,13 @@ def main() -> int:
         maintainer.start()
     # LISTEN before the first take: a task enqueued in between still wakes us.
     db = Db("main", stop_event, listen=True)
+    global TASK_TIMEOUT
     try:
+        if TASK_TIMEOUT is None:  # the stage's own limit (configure_stage(task_timeout => …)), if any
+            try:
+                TASK_TIMEOUT = db.query("SELECT extract(epoch FROM queue.task_timeout(%s))::float8", (STAGE,))[0][0]
+            except psycopg.errors.UndefinedFunction:  # a database older than the setting
+                db.close()
         while not stopping:
             if run_batch(db, heartbeat):
                 continue

@@ -3,7 +3,9 @@
 -- defaults of every stage without a row. Returns the stage's settings row.
 --   max_running  at most this many tasks of the stage run at once (0 removes the cap);
 --   group_limit  at most this many tasks of one group_key run at once (0 removes the cap);
---   paused       true: takes hand out nothing of the stage until it is set false again.
+--   paused       true: takes hand out nothing of the stage until it is set false again;
+--   task_timeout how long a worker lets an attempt run before it kills it and fails the attempt
+--                (enforced by the workers, which read it with queue.task_timeout; 0 removes it).
 -- A new limit applies to the takes that start after this call commits; tasks already running are
 -- not stopped (a lowered cap holds again once enough of them end). Resuming a stage or changing a
 -- cap sends its NOTIFY (unless the stage turned notify off), waking its workers.
@@ -20,7 +22,8 @@ CREATE OR REPLACE FUNCTION queue.configure_stage(
         notify         boolean  DEFAULT NULL,
         max_running    integer  DEFAULT NULL,
         group_limit    integer  DEFAULT NULL,
-        paused         boolean  DEFAULT NULL)
+        paused         boolean  DEFAULT NULL,
+        task_timeout   interval DEFAULT NULL)
     RETURNS queue.stage_settings
     LANGUAGE plpgsql
     VOLATILE
@@ -49,14 +52,15 @@ BEGIN
     -- Past this, now() + a lease or a backoff can leave the timestamp range, and reap_hung (for
     -- every stage at once) or the stage's takes would fail.
     IF configure_stage.lease_duration > interval '100 years' OR configure_stage.backoff_base > interval '100 years'
-       OR configure_stage.backoff_cap > interval '100 years' THEN
+       OR configure_stage.backoff_cap > interval '100 years' OR configure_stage.task_timeout > interval '100 years' THEN
         RAISE EXCEPTION 'invalid stage setting'
             USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('lease_duration %s, backoff_base %s, backoff_cap %s.',
+                  DETAIL = pg_catalog.format('lease_duration %s, backoff_base %s, backoff_cap %s, task_timeout %s.',
                                              coalesce(configure_stage.lease_duration::text, 'unchanged'),
                                              coalesce(configure_stage.backoff_base::text, 'unchanged'),
-                                             coalesce(configure_stage.backoff_cap::text, 'unchanged')),
-                  HINT = 'lease_duration, backoff_base and backoff_cap are at most 100 years.';
+                                             coalesce(configure_stage.backoff_cap::text, 'unchanged'),
+                                             coalesce(configure_stage.task_timeout::text, 'unchanged')),
+                  HINT = 'lease_duration, backoff_base, backoff_cap and task_timeout are at most 100 years.';
     END IF;
     -- A new row starts as a copy of the defaults; then the columns given change under the row's
     -- lock, as the row is when written (a concurrent call's change, a pause say, is kept).
@@ -78,6 +82,8 @@ BEGIN
                group_limit    = CASE WHEN configure_stage.group_limit IS NULL THEN s.group_limit
                                      ELSE NULLIF(configure_stage.group_limit, 0) END,
                paused         = coalesce(configure_stage.paused, s.paused),
+               task_timeout   = CASE WHEN configure_stage.task_timeout IS NULL THEN s.task_timeout
+                                     ELSE NULLIF(configure_stage.task_timeout, interval '0') END,
                updated        = pg_catalog.now()
          WHERE s.stage = configure_stage.stage
         RETURNING s.* INTO v_row;
@@ -85,7 +91,7 @@ BEGIN
         RAISE EXCEPTION 'invalid stage setting'
             USING ERRCODE = '22023',
                   DETAIL = SQLERRM,
-                  HINT = 'lease_duration > 0 (at most 100 years), max_attempts >= 1, backoff ''linear'' or ''exponential'', delays >= 0, jitter between 0 and 1.';
+                  HINT = 'lease_duration > 0 (at most 100 years), max_attempts >= 1, backoff ''linear'' or ''exponential'', delays >= 0, jitter between 0 and 1, task_timeout >= 0 (0 removes it).';
     END;
     -- Resuming a stage or changing a cap can make tasks takeable at once: wake the workers that
     -- wait on it (for '*', on any stage that has had one). Whatever their mark's age: a take
@@ -103,6 +109,6 @@ BEGIN
     RETURN v_row;
 END
 $$;
-COMMENT ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean) IS 'Sets a stage''s policy (NULL keeps a value; ''*'' sets the defaults): lease, retries, wake-ups, max_running and group_limit (0 removes a cap), paused. Raises 22023 for an invalid value. Writes queue.stage_settings.';
-REVOKE ALL ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean) TO skiplock_admin;
+COMMENT ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, interval) IS 'Sets a stage''s policy (NULL keeps a value; ''*'' sets the defaults): lease, retries, wake-ups, max_running and group_limit (0 removes a cap), paused, task_timeout (0 removes it). Raises 22023 for an invalid value. Writes queue.stage_settings.';
+REVOKE ALL ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, interval) TO skiplock_admin;

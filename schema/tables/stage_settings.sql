@@ -20,7 +20,9 @@ CREATE TABLE queue.stage_settings (
     group_limit     integer
                                 CONSTRAINT stage_settings_group_limit_positive CHECK (group_limit >= 1),
     paused          boolean     NOT NULL DEFAULT false,
-    restricted      boolean     NOT NULL DEFAULT false
+    restricted      boolean     NOT NULL DEFAULT false,
+    task_timeout    interval
+                                CONSTRAINT stage_settings_task_timeout_positive CHECK (task_timeout > interval '0')
 );
 
 -- The row for stage '*' holds the defaults of every stage that has no row of its own.
@@ -39,4 +41,5 @@ COMMENT ON COLUMN queue.stage_settings.updated IS 'When this row was last change
 COMMENT ON COLUMN queue.stage_settings.max_running IS 'At most this many tasks of the stage run at once; take_next hands out no more. NULL: no cap. A capped stage serialises its takers (see take_next).';
 COMMENT ON COLUMN queue.stage_settings.group_limit IS 'At most this many tasks of one group_key run at once in the stage (1: one at a time per group, in claim order); tasks without a group_key are not counted. NULL: no cap.';
 COMMENT ON COLUMN queue.stage_settings.paused IS 'While true, take_next hands out no task of the stage (enqueue, finish, fail and reap_hung go on): a pause that holds whatever workers do.';
+COMMENT ON COLUMN queue.stage_settings.task_timeout IS 'How long a worker lets one attempt run before it kills it and fails the attempt (skiplock worker, the reference clients; read with queue.task_timeout). NULL: no limit.';
 COMMENT ON COLUMN queue.stage_settings.restricted IS 'Whether queue.stage_access has rows for the stage (kept by grant_stage and revoke_stage): only then do enqueue and take_next look up the caller''s rights, so open stages pay nothing. grant_stage never sets it on ''*''.';

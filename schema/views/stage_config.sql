@@ -30,7 +30,8 @@ SELECT st.stage,
                   WHERE a.stage = st.stage AND a.may_enqueue), '{}') AS enqueue_roles,
        coalesce((SELECT pg_catalog.array_agg(a.role ORDER BY a.role::text) FROM queue.stage_access a
                   WHERE a.stage = st.stage AND a.may_take), '{}') AS take_roles,
-       own.updated
+       own.updated,
+       CASE WHEN own.stage IS NULL THEN d.task_timeout ELSE own.task_timeout END AS task_timeout
   FROM stages st
   LEFT JOIN queue.stage_settings own ON own.stage = st.stage
   LEFT JOIN queue.stage_settings d ON d.stage = '*';
@@ -51,5 +52,6 @@ COMMENT ON COLUMN queue.stage_config.restricted IS 'Whether only the roles liste
 COMMENT ON COLUMN queue.stage_config.enqueue_roles IS 'Restricted stage: the roles whose members may enqueue into it (grant_stage); empty otherwise.';
 COMMENT ON COLUMN queue.stage_config.take_roles IS 'Restricted stage: the roles whose members may take from it (grant_stage); empty otherwise.';
 COMMENT ON COLUMN queue.stage_config.updated IS 'When the stage''s own row was last changed; NULL when inherited.';
+COMMENT ON COLUMN queue.stage_config.task_timeout IS 'How long a worker lets one attempt run before it kills it and fails the attempt; NULL: no limit.';
 REVOKE ALL ON queue.stage_config FROM PUBLIC;
 GRANT SELECT ON queue.stage_config TO skiplock_monitor, skiplock_admin;

@@ -611,3 +611,23 @@ def test_client_maintains_the_queue_so_a_killed_workers_task_comes_back(reconnec
             a.proc.kill()
     assert took < lease + every + 20, took
 
+
+
+def test_client_fails_a_handler_past_the_stages_task_timeout(reconnecting_language: str, url: str) -> None:
+    """configure_stage(task_timeout => 1 s): a handler still running is failed "timed out", and
+    the worker goes on to the next task."""
+    language = reconnecting_language
+    stage = f"faults_timeout_{language}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT queue.configure_stage(%s, max_attempts => 1, task_timeout => '1 second')", (stage,))
+        hung, quick = produce(language, url, stage, [{"sleep": 600}, {}])
+        worker = ClientWorker(language, url, stage, BATCH=1, LEASE=30, IDLE_WAIT=0.5, MAINTAIN_EVERY=0)
+        try:
+            wait_until("both tasks to end", lambda: conn.execute(
+                "SELECT count(*) = 2 FROM queue.history WHERE stage = %s", (stage,)).fetchone()[0], 90, worker)
+        finally:
+            worker.stop()
+        rows = dict(conn.execute("SELECT id, status::text || ': ' || coalesce(error_text, '') FROM queue.history "
+                                 "WHERE stage = %s", (stage,)).fetchall())
+    assert rows[hung].startswith("fatal: ") and "timed out after 1 s" in rows[hung], (rows, worker.log())
+    assert rows[quick] == "done: ", (rows, worker.log())

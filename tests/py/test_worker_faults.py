@@ -223,6 +223,20 @@ def test_timeout_kills_a_hung_command_and_fails_its_attempt(url: str, conn: psyc
     assert attempt == 2 and error.startswith("timed out after 1 s: killed by SIGTERM"), (error, err)
 
 
+def test_the_stages_task_timeout_kills_a_hung_command(url: str, conn: psycopg.Connection) -> None:
+    """configure_stage(task_timeout => …) without --timeout: the worker reads it and enforces it."""
+    conn.execute("SELECT queue.configure_stage('wf.stagelimit', max_attempts => 1, task_timeout => '1 second')")
+    enqueue(conn, "wf.stagelimit", 1)
+    proc = worker(url, "wf.stagelimit", "--no-maintain", "--", "sleep", "infinity")
+    try:
+        wait_for(lambda: counts(conn, "wf.stagelimit") == {"fatal": 1})
+    finally:
+        err = stop(proc) if proc.poll() is None else proc.communicate()[1]
+    error = conn.execute("SELECT error_text FROM queue.tasks WHERE stage = 'wf.stagelimit'").fetchone()[0]
+    assert error.startswith("timed out after 1 s: killed by SIGTERM"), (error, err)
+    assert "task timeout: 1 s (the stage's task_timeout)" in err, err
+
+
 def test_sigterm_to_the_whole_group_hands_the_tasks_back(url: str, conn: psycopg.Connection, tmp_path: Path) -> None:
     """systemd's KillMode=control-group: SIGTERM reaches the worker and its commands at once.
     The tasks go back (release, attempt not counted) as on a stop of the worker; not failed."""

@@ -16,7 +16,7 @@ SELECT set_eq(
         'queue.cancel_overdue_sql_tasks()',
         'queue.compact()',
         'queue.configure_history(interval,integer,interval,text,interval)',
-        'queue.configure_stage(text,interval,integer,text,interval,interval,real,boolean,integer,integer,boolean)',
+        'queue.configure_stage(text,interval,integer,text,interval,interval,real,boolean,integer,integer,boolean,interval)',
         'queue.consume(text,integer)',
         'queue.distribute()',
         'queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text,interval,boolean,text)',
@@ -43,6 +43,7 @@ SELECT set_eq(
         'queue.stop_sql_executor(integer)',
         'queue.take_locked(text,integer)',
         'queue.take_next(text,integer,interval,text)',
+        'queue.task_timeout(text)',
         'queue.unschedule(text)'
     ],
     'the public functions of schema queue are exactly the documented API, with these signatures'
@@ -228,8 +229,9 @@ SELECT set_eq(
           'queue.take_locked(text,integer)',
           'queue.finish_locked(bigint,text,text)',
           'queue.fail_locked(bigint,text,boolean,interval,text,text)',
-          'queue.consume(text,integer)'],
-    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail, release, finish_and_take, take_locked, finish_locked, fail_locked and consume and nothing else'
+          'queue.consume(text,integer)',
+          'queue.task_timeout(text)'],
+    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail, release, finish_and_take, take_locked, finish_locked, fail_locked, consume and task_timeout and nothing else'
 );
 
 SELECT is_empty(

@@ -1,0 +1,114 @@
+-- configure_stage(stage, …): set a stage's policy; arguments left NULL keep their current value
+-- (for a stage without a row: the value of the defaults row '*'). stage => '*' changes the
+-- defaults of every stage without a row. Returns the stage's settings row.
+--   max_running  at most this many tasks of the stage run at once (0 removes the cap);
+--   group_limit  at most this many tasks of one group_key run at once (0 removes the cap);
+--   paused       true: takes hand out nothing of the stage until it is set false again;
+--   task_timeout how long a worker lets an attempt run before it kills it and fails the attempt
+--                (enforced by the workers, which read it with queue.task_timeout; 0 removes it).
+-- A new limit applies to the takes that start after this call commits; tasks already running are
+-- not stopped (a lowered cap holds again once enough of them end). Resuming a stage or changing a
+-- cap sends its NOTIFY (unless the stage turned notify off), waking its workers.
+-- Raises 22004/22023 for a bad stage, 22023 for a value out of range (leases and backoffs at most
+-- 100 years). Locks and writes the stage's row of queue.stage_settings.
+CREATE OR REPLACE FUNCTION queue.configure_stage(
+        stage          text,
+        lease_duration interval DEFAULT NULL,
+        max_attempts   integer  DEFAULT NULL,
+        backoff        text     DEFAULT NULL,
+        backoff_base   interval DEFAULT NULL,
+        backoff_cap    interval DEFAULT NULL,
+        backoff_jitter real     DEFAULT NULL,
+        notify         boolean  DEFAULT NULL,
+        max_running    integer  DEFAULT NULL,
+        group_limit    integer  DEFAULT NULL,
+        paused         boolean  DEFAULT NULL,
+        task_timeout   interval DEFAULT NULL)
+    RETURNS queue.stage_settings
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_row queue.stage_settings;
+    v_waiting text;
+BEGIN
+    IF configure_stage.stage IS DISTINCT FROM '*' THEN
+        PERFORM queue._check_stage(configure_stage.stage);
+    END IF;
+    IF configure_stage.max_running < 0 THEN
+        RAISE EXCEPTION 'invalid max_running'
+            USING ERRCODE = '22023',
+                  DETAIL = pg_catalog.format('max_running is %s.', configure_stage.max_running),
+                  HINT = 'Give the most tasks of the stage that may run at once (1 or more), 0 to remove the cap, or NULL to keep it.';
+    END IF;
+    IF configure_stage.group_limit < 0 THEN
+        RAISE EXCEPTION 'invalid group_limit'
+            USING ERRCODE = '22023',
+                  DETAIL = pg_catalog.format('group_limit is %s.', configure_stage.group_limit),
+                  HINT = 'Give the most tasks of one group_key that may run at once (1: one at a time), 0 to remove the cap, or NULL to keep it.';
+    END IF;
+    -- Past this, now() + a lease or a backoff can leave the timestamp range, and reap_hung (for
+    -- every stage at once) or the stage's takes would fail.
+    IF configure_stage.lease_duration > interval '100 years' OR configure_stage.backoff_base > interval '100 years'
+       OR configure_stage.backoff_cap > interval '100 years' OR configure_stage.task_timeout > interval '100 years' THEN
+        RAISE EXCEPTION 'invalid stage setting'
+            USING ERRCODE = '22023',
+                  DETAIL = pg_catalog.format('lease_duration %s, backoff_base %s, backoff_cap %s, task_timeout %s.',
+                                             coalesce(configure_stage.lease_duration::text, 'unchanged'),
+                                             coalesce(configure_stage.backoff_base::text, 'unchanged'),
+                                             coalesce(configure_stage.backoff_cap::text, 'unchanged'),
+                                             coalesce(configure_stage.task_timeout::text, 'unchanged')),
+                  HINT = 'lease_duration, backoff_base, backoff_cap and task_timeout are at most 100 years.';
+    END IF;
+    -- A new row starts as a copy of the defaults; then the columns given change under the row's
+    -- lock, as the row is when written (a concurrent call's change, a pause say, is kept).
+    BEGIN
+        v_row := queue._settings(configure_stage.stage);
+        v_row.stage := configure_stage.stage;
+        INSERT INTO queue.stage_settings VALUES (v_row.*) ON CONFLICT ON CONSTRAINT stage_settings_pkey DO NOTHING;
+        -- The caps are NULL when there is none; 0 is how a caller removes one.
+        UPDATE queue.stage_settings s
+           SET lease_duration = coalesce(configure_stage.lease_duration, s.lease_duration),
+               max_attempts   = coalesce(configure_stage.max_attempts, s.max_attempts),
+               backoff        = coalesce(configure_stage.backoff, s.backoff),
+               backoff_base   = coalesce(configure_stage.backoff_base, s.backoff_base),
+               backoff_cap    = coalesce(configure_stage.backoff_cap, s.backoff_cap),
+               backoff_jitter = coalesce(configure_stage.backoff_jitter, s.backoff_jitter),
+               notify         = coalesce(configure_stage.notify, s.notify),
+               max_running    = CASE WHEN configure_stage.max_running IS NULL THEN s.max_running
+                                     ELSE NULLIF(configure_stage.max_running, 0) END,
+               group_limit    = CASE WHEN configure_stage.group_limit IS NULL THEN s.group_limit
+                                     ELSE NULLIF(configure_stage.group_limit, 0) END,
+               paused         = coalesce(configure_stage.paused, s.paused),
+               task_timeout   = CASE WHEN configure_stage.task_timeout IS NULL THEN s.task_timeout
+                                     ELSE NULLIF(configure_stage.task_timeout, interval '0') END,
+               updated        = pg_catalog.now()
+         WHERE s.stage = configure_stage.stage
+        RETURNING s.* INTO v_row;
+    EXCEPTION WHEN check_violation THEN
+        RAISE EXCEPTION 'invalid stage setting'
+            USING ERRCODE = '22023',
+                  DETAIL = SQLERRM,
+                  HINT = 'lease_duration > 0 (at most 100 years), max_attempts >= 1, backoff ''linear'' or ''exponential'', delays >= 0, jitter between 0 and 1, task_timeout >= 0 (0 removes it).';
+    END;
+    -- Resuming a stage or changing a cap can make tasks takeable at once: wake the workers that
+    -- wait on it (for '*', on any stage that has had one). Whatever their mark's age: a take
+    -- from a paused stage, or one at its cap, returns without renewing it. One NOTIFY a call.
+    IF configure_stage.paused IS FALSE OR configure_stage.max_running IS NOT NULL
+       OR configure_stage.group_limit IS NOT NULL THEN
+        FOR v_waiting IN SELECT w.stage FROM queue.stage_waiters w WHERE configure_stage.stage = '*'
+                         UNION
+                         SELECT configure_stage.stage WHERE configure_stage.stage <> '*' LOOP
+            IF (queue._settings(v_waiting)).notify THEN
+                PERFORM pg_catalog.pg_notify('skiplock.' || v_waiting, '');
+            END IF;
+        END LOOP;
+    END IF;
+    RETURN v_row;
+END
+$$;
+COMMENT ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, interval) IS 'Sets a stage''s policy (NULL keeps a value; ''*'' sets the defaults): lease, retries, wake-ups, max_running and group_limit (0 removes a cap), paused, task_timeout (0 removes it). Raises 22023 for an invalid value. Writes queue.stage_settings.';
+REVOKE ALL ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, interval) TO skiplock_admin;

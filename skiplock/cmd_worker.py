@@ -150,6 +150,7 @@ class Slot(slots.Slot[Shared]):
 
     def __init__(self, shared: Shared, index: int) -> None:
         super().__init__(shared, index, f"slot-{index}")
+        self.limit: float | None = None   # the time limit of the command running (_supervise)
 
     def run(self) -> None:
         sh = self.shared
@@ -275,7 +276,7 @@ class Slot(slots.Slot[Shared]):
                 self.end(task, "shutdown", f"worker shut down: command killed {sh.abort_why}; "
                                            + error_text(proc.returncode, tail), started)
             elif outcome == "timeout":
-                self.end(task, "fail", error_text(proc.returncode, tail, timeout=sh.timeout), started)
+                self.end(task, "fail", error_text(proc.returncode, tail, timeout=self.limit), started)
             elif proc.returncode != 0 and self._stopped_with_us(proc.returncode):
                 self.end(task, "shutdown", None, started)
             elif proc.returncode == 0:
@@ -319,7 +320,8 @@ class Slot(slots.Slot[Shared]):
     def _supervise(self, proc: subprocess.Popen, task: Taken) -> str:
         """Wait for the command, heartbeating; returns 'exited', 'lost', 'aborted' or 'timeout'."""
         sh = self.shared
-        deadline = None if sh.timeout is None else time.monotonic() + sh.timeout
+        self.limit = sh.timeout   # the time limit this command runs under (the stage's may change meanwhile)
+        deadline = None if self.limit is None else time.monotonic() + self.limit
         outcome, killed_at = "exited", None
         while True:
             try:

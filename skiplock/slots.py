@@ -239,8 +239,9 @@ class Maintainer(threading.Thread):
                             sh.log(f"maintain: {task} {count}" + (f" ({detail})" if detail else ""))
                 except psycopg.Error as e:
                     if e.sqlstate == "42501":
-                        sh.log(f"maintain: {primary_message(e)}: this login does not maintain the queue "
-                               "(run `skiplock maintain`, or log in as a skiplock_worker or skiplock_admin)")
+                        sh.log(f"maintain: {primary_message(e)}: this worker leaves maintenance to "
+                               "`skiplock maintain` or pg_cron (only skiplock_admin may run queue.maintain(); "
+                               "--no-maintain says so without this line)")
                         return
                     if e.sqlstate in ("3F000", "42P01", "42883"):
                         return

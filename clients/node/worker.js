@@ -169,7 +169,7 @@ class Worker {
   // stays valid meanwhile). Heartbeats and the loop share the client, and its reconnection.
   // An error that passes by waiting (transient()) is tried again after a backoff while holds()
   // (a lease that still holds), else thrown.
-  async query(text, values, holds = () => true) {
+  async query(text, values, holds = () => !this.stopping) {
     let delay = BACKOFF_FIRST;
     for (;;) {
       if (this.ended) throw new Unreachable('the worker has stopped');
@@ -224,7 +224,7 @@ class Worker {
       await client.query('COMMIT');
     } catch (err) {
       if (err.code === '42501') {
-        console.error(`maintain: ${err.message}: this login does not maintain the queue (run \`skiplock maintain\`, or set MAINTAIN_EVERY=0)`);
+        console.error(`maintain: ${err.message}: this login does not maintain the queue (only skiplock_admin may run it: run \`skiplock maintain\`, or set MAINTAIN_EVERY=0)`);
         this.maintainEvery = 0;
       } else {
         console.error(`maintain: ${err.message}; trying again in ${this.maintainEvery} s`);
@@ -461,6 +461,9 @@ if (require.main === module) {
   main().catch((err) => {
     if (err instanceof Unreachable) {
       console.error(`stopping while the server is unreachable (${err.message}): the tasks in hand stay`
+                    + ' running until their leases run out, then reap_hung() hands them back');
+    } else if (err instanceof DatabaseError && transient(err)) {
+      console.error(`stopping while the server still answers ${err.code} (${err.message}): the tasks in hand stay`
                     + ' running until their leases run out, then reap_hung() hands them back');
     } else if (err instanceof Refused || err instanceof DatabaseError) {
       console.error(`worker.js: ${err.message}${err.code ? ` (SQLSTATE ${err.code})` : ''}: waiting does not cure this; stopping`);

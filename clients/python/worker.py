@@ -199,10 +199,13 @@ class Db:
         log(f"{self.role} connection lost ({type(e).__name__}: {str(e).strip()}): reconnecting")
         self.close()
 
-    def query(self, query: str | sql.Composable, params: tuple = (), holds: Callable[[], bool] = lambda: True) \
+    def query(self, query: str | sql.Composable, params: tuple = (), holds: Callable[[], bool] | None = None) \
             -> list[tuple]:
         """Run a statement; a lost connection or an error that passes by waiting is tried again
-        (after a backoff) while holds() says so (a lease that still holds), else raised."""
+        (after a backoff) while holds() says so (a lease that still holds; by default: until
+        the worker stops), else raised."""
+        if holds is None:
+            holds = lambda: not self.stop.is_set()  # noqa: E731
         global SESSIONS
         delay = BACKOFF_FIRST
         while True:
@@ -307,7 +310,7 @@ class Maintainer(threading.Thread):
                 except psycopg.Error as e:
                     if e.sqlstate == "42501":
                         log(f"maintain: {e.diag.message_primary}: this login does not maintain the queue "
-                            "(run `skiplock maintain`, or set MAINTAIN_EVERY=0)")
+                            "(only skiplock_admin may run it: run `skiplock maintain`, or set MAINTAIN_EVERY=0)")
                         return
                     log(f"maintain: {' '.join(str(e).split())}; trying again in {MAINTAIN_EVERY:g} s")
         finally:
@@ -478,8 +481,12 @@ def main() -> int:
     except Refused as e:
         log(f"worker.py: {e}: waiting does not cure this; stopping")
         return 1
-    except psycopg.Error as e:  # what waiting does not cure: a revoked grant, skiplock missing
-        log(f"worker.py: {e.diag.message_primary or e} (SQLSTATE {e.sqlstate}): waiting does not cure this; stopping")
+    except psycopg.Error as e:
+        if transient(e):  # stopped while it kept failing: what it held comes back through its lease
+            log(f"stopping while the server still answers {e.sqlstate} ({e.diag.message_primary}): the tasks in hand"
+                " stay running until their leases run out, then reap_hung() hands them back")
+        else:  # what waiting does not cure: a revoked grant, skiplock missing
+            log(f"worker.py: {e.diag.message_primary or e} (SQLSTATE {e.sqlstate}): waiting does not cure this; stopping")
         return 1
     finally:
         maintainer.halt.set()

@@ -258,7 +258,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "released (ready again, the attempt not counted; default 30)")
     p.add_argument("--poll", type=_seconds(), default=5.0, metavar="SECONDS",
                    help="slow poll when idle, besides LISTEN (default 5)")
-    p.add_argument("--until-empty", action="store_true", help="exit 0 once the stage has no due task left (drain and stop)")
+    p.add_argument("--until-empty", action="store_true",
+                   help="exit 0 once the stage has no due task left (drain and stop); expired leases are recovered first")
+    p.add_argument("--timeout", type=_seconds(), default=None, metavar="SECONDS",
+                   help="a command running longer is killed and its attempt failed (retried by the stage's policy)")
+    p.add_argument("--no-maintain", action="store_true",
+                   help="do not run queue.maintain() from this worker (when pg_cron or `skiplock maintain` runs it)")
+    p.add_argument("--maintain-every", type=_seconds(), default=None, metavar="SECONDS",
+                   help="seconds between this worker's tries at queue.maintain(), one worker at a time "
+                        "(default 10, or a third of --lease if shorter)")
     p.add_argument("--name", help="worker name recorded on each task (default host:pid)")
     p.add_argument("--quiet", "-q", action="store_true", help="no line per task on stderr")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command and its arguments, after --")

@@ -35,17 +35,28 @@ import psycopg
 
 from skiplock import connect, slots
 from skiplock.db import one
-from skiplock.errors import describe_error
+from skiplock.errors import describe_error, prepared_lost, transient
 from skiplock.worker import storable
 
 STDERR_LINES = 20      # lines of stderr kept as the error of a failed attempt
+STDERR_PIECE = 65536   # a longer line of stderr is read (and kept) in pieces of this many bytes
 STDERR_CHARS = 1900    # and at most this much of their end (the database keeps 2,000 characters)
 KILL_WAIT = 5.0        # seconds between SIGTERM and SIGKILL of a command's process group
 RELEASE_WAIT = 15.0    # after the kill, how long the slots may take to hand their tasks back
+MAINTAIN_EVERY = 10.0  # seconds between a worker's tries at queue.maintain() (maintain_every)
+TIMEOUT_READ = 30.0    # seconds between reads of the stage's task_timeout
 
 
 class Unrecorded(Exception):
-    """A task's outcome could not be written: the database could not be reached."""
+    """A task's outcome could not be written while its lease held (the database could not be
+    reached, or kept failing with errors that pass by waiting)."""
+
+
+# A command that ends by these signals (or exits 128 + one of them, as a shell does) while the
+# worker stops got the stop itself: systemd's KillMode=control-group signals every process of the
+# service at once. Its task is handed back like one the worker stopped, not failed.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_WAIT = 1.0   # how long a command killed by one of them waits for the worker's own signal
 
 
 def _death_signal() -> Callable[[], None] | None:
@@ -84,6 +95,17 @@ class Taken:
     lease: str
     lease_seconds: float
     stage: str
+    expires: float = 0.0     # when the lease runs out (time.monotonic()), renewed by each heartbeat
+    next_beat: float = 0.0   # when the next heartbeat is due
+    timeout: float | None = None  # the command's time limit (--timeout, else the stage's task_timeout)
+
+    def __post_init__(self) -> None:
+        now = time.monotonic()
+        self.expires = now + self.lease_seconds
+        self.next_beat = now + self.every()
+
+    def every(self) -> float:
+        return max(self.lease_seconds / 3.0, 0.05)
 
 
 class Shared(slots.Shared):
@@ -93,6 +115,10 @@ class Shared(slots.Shared):
         super().__init__(args, url, "worker")
         self.argv = argv
         self.procs: dict[int, subprocess.Popen[bytes]] = {}   # slot index -> its running command
+        # A command's time limit: --timeout, else its task's stage's task_timeout, read per stage at
+        # most every TIMEOUT_READ seconds: stage -> (seconds or None, when read, time.monotonic()).
+        self.timeouts: dict[str, tuple[float | None, float]] = {}
+        self.maintains = not args.no_maintain                 # run queue.maintain() (slots.Maintainer)
 
     def kill_commands(self, sig: signal.Signals) -> int:
         """Signal the process group of every command still running; how many were signalled."""
@@ -103,7 +129,7 @@ class Shared(slots.Shared):
         return len(procs)
 
 
-def error_text(returncode: int, tail: collections.deque[str]) -> str:
+def error_text(returncode: int, tail: collections.deque[str], timeout: float | None = None) -> str:
     if returncode < 0:
         try:
             how = f"killed by {signal.Signals(-returncode).name}"
@@ -111,6 +137,8 @@ def error_text(returncode: int, tail: collections.deque[str]) -> str:
             how = f"killed by signal {-returncode}"
     else:
         how = f"exit status {returncode}"
+    if timeout is not None:
+        how = f"timed out after {timeout:g} s: {how}"
     # A NUL in stderr (binary output) would make the server refuse the whole text (22021).
     lines = storable("".join(tail).rstrip("\n"))
     if not lines:
@@ -125,32 +153,81 @@ class Slot(slots.Slot[Shared]):
 
     def __init__(self, shared: Shared, index: int) -> None:
         super().__init__(shared, index, f"slot-{index}")
+        self.limit: float | None = None   # the time limit of the command running (_supervise)
 
     def run(self) -> None:
+        sh = self.shared
         try:
             self.conn = self.connect()
-            while not self.shared.stopping.is_set():
+            delay, recovered = slots.BACKOFF_FIRST, False
+            while not sh.stopping.is_set():
                 try:
                     task = self.take()
-                except psycopg.OperationalError:
-                    self.reconnect()
+                    if task is not None:
+                        task.timeout = self.read_timeout(task.stage)
+                except psycopg.Error as e:
+                    if not transient(e):
+                        raise
+                    delay = self.recover(e, "take", delay)
                     continue
+                delay = slots.BACKOFF_FIRST
                 if task is None:
-                    if self.shared.args.until_empty:
+                    if sh.args.until_empty:
+                        # Expired leases first: a task whose worker died is not done.
+                        if not recovered and sh.maintains:
+                            recovered = True
+                            try:
+                                slots.maintain_once(self.db)
+                            except psycopg.Error as e:
+                                if e.sqlstate != "42501" and not transient(e):
+                                    raise
+                            continue
                         return
                     self.idle()
                     continue
-                self.work(task)
+                recovered = False
+                try:
+                    self.work(task)
+                except Unrecorded as e:
+                    sh.count("unrecorded")
+                    sh.log(f"{self.name}: {e}")
         except psycopg.OperationalError as e:
-            # Only between tasks (work() reports its own): nothing is held, and when we are
-            # stopping, a database that cannot be reached has nothing left to be told.
-            if not self.shared.stopping.is_set():
+            # Between tasks (work() reports its own): nothing is held, and when we are stopping,
+            # a database that cannot be reached has nothing left to be told.
+            if not sh.stopping.is_set():
                 self.error = e
-        except BaseException as e:  # reported by the main thread, which exits 1
+                sh.give_up(f"{self.name}: {describe_error(e)}")
+        except BaseException as e:  # said now; the main thread exits 1
             self.error = e
+            sh.give_up(f"{self.name}: " + (describe_error(e) if isinstance(e, psycopg.Error) else repr(e)))
         finally:
             if self.conn is not None:
                 self.conn.close()
+
+    def read_timeout(self, stage: str) -> float | None:
+        """A task of this stage's time limit: --timeout, else the stage's task_timeout
+        (queue.task_timeout), read at most every TIMEOUT_READ seconds a stage, so that the takes
+        pay nothing for it."""
+        sh = self.shared
+        if sh.args.timeout is not None:
+            return float(sh.args.timeout)
+        with sh.lock:
+            known = sh.timeouts.get(stage)
+            if known is not None and time.monotonic() < known[1] + TIMEOUT_READ:
+                return known[0]
+        try:
+            seconds = one(self.db.execute("SELECT extract(epoch FROM queue.task_timeout(%s))::float8", (stage,)))[0]
+        except psycopg.errors.UndefinedFunction:  # a database older than the setting
+            seconds = None
+        except psycopg.Error as e:  # the task is taken: a passing error keeps the last limit known
+            if not transient(e):
+                raise
+            return known[0] if known is not None else None
+        with sh.lock:
+            if (known is None or seconds != known[0]) and not sh.args.quiet:
+                sh.log(f"task timeout of {stage}: " + (f"{seconds:g} s (the stage's task_timeout)" if seconds else "none"))
+            sh.timeouts[stage] = (seconds, time.monotonic())
+        return seconds
 
     def take(self) -> Taken | None:
         a = self.shared.args
@@ -193,7 +270,7 @@ class Slot(slots.Slot[Shared]):
             except OSError as e:  # not found, not executable: this attempt fails like a crash would
                 self.end(task, "fail", f"cannot run {sh.argv[0]}: {e}", started)
                 return
-            tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
+            tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)  # pieces of at most STDERR_PIECE bytes
             feeder = threading.Thread(target=self._feed, args=(proc, task.payload), daemon=True)
             reader = threading.Thread(target=self._read_stderr, args=(proc, tail), daemon=True)
             feeder.start()
@@ -214,8 +291,12 @@ class Slot(slots.Slot[Shared]):
                     sh.log(f"task {task.id}: lease lost (reaped, cancelled or retaken): command killed, not finished")
                 return
             if outcome == "aborted":
-                self.end(task, "shutdown", f"worker shut down: command killed after the grace of {a.grace:g} s; "
+                self.end(task, "shutdown", f"worker shut down: command killed {sh.abort_why}; "
                                            + error_text(proc.returncode, tail), started)
+            elif outcome == "timeout":
+                self.end(task, "fail", error_text(proc.returncode, tail, timeout=self.limit), started)
+            elif proc.returncode != 0 and self._stopped_with_us(proc.returncode):
+                self.end(task, "shutdown", None, started)
             elif proc.returncode == 0:
                 self.end(task, "finish", None, started)
             elif a.fatal_exit_code is not None and proc.returncode == a.fatal_exit_code:
@@ -237,19 +318,28 @@ class Slot(slots.Slot[Shared]):
         except OSError:  # the command does not read its stdin: fine
             pass
 
+    def _stopped_with_us(self, returncode: int) -> bool:
+        """Did the command end by the signal that stops the worker (STOP_SIGNALS)? Then it waits
+        STOP_WAIT for the worker's own handler, which may run after the command has died."""
+        if -returncode not in STOP_SIGNALS and returncode - 128 not in STOP_SIGNALS:
+            return False
+        return self.shared.stopping.wait(STOP_WAIT)
+
     @staticmethod
     def _read_stderr(proc: subprocess.Popen[bytes], tail: collections.deque[str]) -> None:
+        """Copy the command's stderr to ours, keeping its last pieces: a line is read in pieces of
+        at most STDERR_PIECE bytes, so one long line does not take the worker's memory up."""
         assert proc.stderr is not None  # Popen(stderr=PIPE)
-        for line in proc.stderr:
-            tail.append(line.decode(errors="replace"))
-            sys.stderr.buffer.write(line)
+        for piece in iter(lambda: proc.stderr.readline(STDERR_PIECE), b""):  # type: ignore[union-attr]
+            tail.append(piece.decode(errors="replace"))
+            sys.stderr.buffer.write(piece)
             sys.stderr.flush()
 
     def _supervise(self, proc: subprocess.Popen, task: Taken) -> str:
-        """Wait for the command, heartbeating; returns 'exited', 'lost' or 'aborted'."""
-        sh, a = self.shared, self.shared.args
-        every = max(task.lease_seconds / 3.0, 0.05)
-        next_beat = time.monotonic() + every
+        """Wait for the command, heartbeating; returns 'exited', 'lost', 'aborted' or 'timeout'."""
+        sh = self.shared
+        self.limit = task.timeout   # the time limit this command runs under (the stage's may change meanwhile)
+        deadline = None if self.limit is None else time.monotonic() + self.limit
         outcome, killed_at = "exited", None
         while True:
             try:
@@ -268,26 +358,49 @@ class Slot(slots.Slot[Shared]):
                 outcome, killed_at = "aborted", now
                 _signal_group(proc, signal.SIGTERM)
                 continue
-            if now >= next_beat:
-                try:
-                    self.db.execute("SELECT queue.heartbeat(%s, %s, lease_for => %s::float8 * interval '1 second', "
-                                    "stage => %s)", (task.id, task.lease, a.lease, task.stage))
-                    next_beat = now + every
-                except psycopg.OperationalError:
-                    # One bounded try, never the waiting reconnect loop: the command stays
-                    # supervised while the database is away. Try again soon.
-                    self.reconnect_once()
-                    next_beat = time.monotonic() + min(every, 1.0)
-                except psycopg.Error as e:
-                    if e.sqlstate != "SK001":
-                        _signal_group(proc, signal.SIGKILL)
-                        raise
-                    outcome, killed_at = "lost", now
-                    _signal_group(proc, signal.SIGTERM)
+            if deadline is not None and now >= deadline:
+                outcome, killed_at = "timeout", now
+                _signal_group(proc, signal.SIGTERM)
+                continue
+            try:
+                alive = self.beat(task)
+            except psycopg.Error:
+                _signal_group(proc, signal.SIGKILL)
+                raise
+            if not alive:
+                outcome, killed_at = "lost", now
+                _signal_group(proc, signal.SIGTERM)
+
+    def beat(self, task: Taken) -> bool:
+        """Heartbeat the task if one is due; False once its lease is lost (SK001). An error that
+        passes by waiting is tried again within a second, on a new connection (one bounded try,
+        never the waiting reconnect loop: a command is supervised meanwhile) if this one broke;
+        any other is raised."""
+        now = time.monotonic()
+        if now < task.next_beat:
+            return True
+        a = self.shared.args
+        try:
+            left = one(self.db.execute(
+                "SELECT extract(epoch FROM queue.heartbeat(%s, %s, lease_for => %s::float8 * interval '1 second', "
+                "stage => %s) - now())::float8", (task.id, task.lease, a.lease, task.stage)))[0]
+            task.expires = now + left
+            task.next_beat = now + task.every()
+            return True
+        except psycopg.Error as e:
+            if e.sqlstate == "SK001":
+                return False
+            if not transient(e):
+                raise
+            if self.conn is None or self.conn.closed or self.conn.broken or prepared_lost(e):
+                self.reconnect_once()
+            task.next_beat = time.monotonic() + min(task.every(), 1.0)
+            return True
 
     def end(self, task: Taken, how: str, error: str | None, started: float) -> None:
-        """finish or fail the attempt; a connection lost on the way is retried once on a new one,
-        and a fail whose error text the server refuses once with a plain text instead."""
+        """finish, fail or release the attempt. An error that passes by waiting is retried with
+        backoff while the task's lease holds (heartbeating meanwhile); then Unrecorded. A fail
+        whose error text the server refuses is sent once more with a plain text instead."""
         sh, a = self.shared, self.shared.args
         params: tuple[Any, ...]
         if how == "finish":
@@ -302,29 +415,37 @@ class Slot(slots.Slot[Shared]):
             sql = ("SELECT queue.fail(%s, %s, %s, fatal => %s, "
                    "retry_in => %s::float8 * interval '1 second', stage => %s)")
             params = (task.id, task.lease, error, how == "fatal", None, task.stage)
-        try:
-            for attempt in (1, 2):
-                try:
-                    ok = one(self.db.execute(sql, params))[0]
-                    break
-                except psycopg.OperationalError:
-                    if attempt == 2:
-                        raise
-                    self.reconnect()   # waits for the database, unless we are stopping
-                except psycopg.Error as e:
-                    # The server answered, so the connection is fine: an error text it cannot
-                    # store must not kill the slot and leave the task running under its lease.
-                    if how not in ("fail", "fatal") or attempt == 2:
-                        raise
-                    why = f"SQLSTATE {e.sqlstate}" if e.sqlstate else type(e).__name__
-                    error = f"{(error or '').partition(';')[0]} (stderr not storable: {why})"
-                    params = (task.id, task.lease, error, how == "fatal", None, task.stage)
-        except psycopg.OperationalError as e:
-            what = {"finish": "finished", "shutdown": "released", "snooze": "handed back",
-                    "fail": "failed", "fatal": "failed"}[how]
-            raise Unrecorded(f"task {task.id} could not be {what}: {describe_error(e)}; it stays running "
-                             "until its lease expires (queue.reap_hung, run by `skiplock maintain`, then "
-                             "hands it back)") from e
+        what = {"finish": "finished", "shutdown": "released", "snooze": "handed back",
+                "fail": "failed", "fatal": "failed"}[how]
+        delay, replaced = slots.BACKOFF_FIRST, False
+        while True:
+            try:
+                ok = one(self.db.execute(sql, params))[0]
+                break
+            except psycopg.Error as e:
+                if transient(e):
+                    # Give up when the next wait would outlast the lease: then reap_hung hands it back.
+                    if time.monotonic() + delay >= task.expires or (sh.abort.is_set() and not self.db_alive()):
+                        raise Unrecorded(f"task {task.id} could not be {what}: {describe_error(e)}; it stays "
+                                         "running until its lease expires (then queue.reap_hung, run by "
+                                         "`skiplock maintain` or a worker, hands it back)") from e
+                    delay = self.recover(e, f"task {task.id} not {what} yet", delay, bounded=True)
+                    try:
+                        alive = self.beat(task)
+                    except psycopg.Error:
+                        alive = True   # said by the next try of the statement itself
+                    if not alive:
+                        ok = False
+                        break
+                    continue
+                # The server answered, so the connection is fine: an error text it cannot
+                # store must not kill the slot and leave the task running under its lease.
+                if how not in ("fail", "fatal") or replaced:
+                    raise
+                replaced = True
+                why = f"SQLSTATE {e.sqlstate}" if e.sqlstate else type(e).__name__
+                error = f"{(error or '').partition(';')[0]} (stderr not storable: {why})"
+                params = (task.id, task.lease, error, how == "fatal", None, task.stage)
         took = time.monotonic() - started
         if not ok:
             sh.count("lost")
@@ -337,6 +458,9 @@ class Slot(slots.Slot[Shared]):
         if not a.quiet:
             first = _summary(error)
             sh.log(f"task {task.id} attempt {task.attempt}: {word} in {took:.2f} s" + (f" ({first})" if first else ""))
+
+    def db_alive(self) -> bool:
+        return self.conn is not None and not self.conn.closed and not self.conn.broken
 
 
 def _summary(error: str | None) -> str:
@@ -357,6 +481,15 @@ def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def maintain_every(args: argparse.Namespace) -> float:
+    """How often a worker tries to run queue.maintain(): --maintain-every, else every
+    MAINTAIN_EVERY seconds or a third of --lease if shorter, so that the task of a worker that
+    died is back within its lease and a round."""
+    if args.maintain_every is not None:
+        return float(args.maintain_every)
+    return min(MAINTAIN_EVERY, args.lease / 3.0) if args.lease else MAINTAIN_EVERY
 
 
 def run(url: str, args: argparse.Namespace) -> int:
@@ -396,6 +529,8 @@ def run(url: str, args: argparse.Namespace) -> int:
         workers = [Slot(sh, i) for i in range(args.concurrency)]
         if not args.quiet:
             sh.log(f"{args.concurrency} slot(s) running {' '.join(argv)}")
+        if sh.maintains and not args.until_empty:
+            slots.Maintainer(sh, maintain_every(args)).start()
         try:
             for w in workers:
                 w.start()
@@ -412,6 +547,7 @@ def run(url: str, args: argparse.Namespace) -> int:
                         if running:
                             sh.log(f"grace over: killing {running} running command(s), then releasing their tasks "
                                    "(ready again, attempt not counted)")
+                        sh.abort_why = f"after the grace of {args.grace:g} s"
                         sh.abort.set()
                     elif now - max(last_report, sh.deadline - args.grace) >= 5.0:
                         last_report = now
@@ -435,15 +571,14 @@ def run(url: str, args: argparse.Namespace) -> int:
             sh.kill_commands(signal.SIGKILL)  # none is left running when the worker exits (normally none is)
     errors = [w.error for w in workers if w.error is not None]
     c = sh.counts
-    if not args.quiet or errors or gave_up:
+    if not args.quiet or errors or gave_up or c["unrecorded"]:
         sh.log(f"stopped: {c['done']} done, {c['failed']} failed, {c['fatal']} fatal, {c['snoozed']} snoozed, "
-               f"{c['released (shutdown)']} interrupted, {c['lost']} lease lost")
+               f"{c['released (shutdown)']} interrupted, {c['lost']} lease lost"
+               + (f", {c['unrecorded']} not recorded (left to their leases)" if c["unrecorded"] else ""))
     for error in errors[:1]:
-        message = (error.diag.message_primary if isinstance(error, psycopg.Error) and error.diag.message_primary
-                   else str(error))
-        sh.log(f"error: {message}")
+        sh.log("error: " + (describe_error(error) if isinstance(error, psycopg.Error) else repr(error)))
     if gave_up:
         sh.log(f"error: {gave_up} slot(s) could not reach the database within {RELEASE_WAIT:g} s of the kill: "
                "their tasks stay running until their leases expire")
         return 1
-    return 1 if errors else 0
+    return 1 if errors or c["unrecorded"] else 0

@@ -11,6 +11,8 @@ says what sits between the commands and PostgreSQL:
                does not have it), and idle workers poll instead of LISTEN, whose notifications go
                to a server connection the client no longer holds. Commands that need a session of
                their own (run-sql) refuse to start.
+A worker not told of a transaction pooler finds out when a statement it prepared is missing
+(SQLSTATE 26000) and goes on as under transaction (detected_transaction_pooler()).
 """
 
 from __future__ import annotations
@@ -37,9 +39,22 @@ def pooler() -> str:
     return mode
 
 
+_detected = False  # a statement prepared on a connection went missing: see detected_transaction_pooler()
+
+
+def detected_transaction_pooler() -> bool:
+    """Say that a transaction pooler sits in between though SKIPLOCK_POOLER does not say so (a
+    statement this process prepared went missing, SQLSTATE 26000): from now on this process
+    connects as under SKIPLOCK_POOLER=transaction. True the first time (for one log line)."""
+    global _detected
+    first = not _detected and has_sessions()
+    _detected = True
+    return first
+
+
 def has_sessions() -> bool:
     """Does session state (LISTEN, prepared statements, settings) stay with this client?"""
-    return pooler() != "transaction"
+    return pooler() != "transaction" and not _detected
 
 
 def require_session(command: str) -> None:

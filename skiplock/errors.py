@@ -62,3 +62,43 @@ def describe_error(e: BaseException) -> str:
                     "run `skiplock upgrade`")
         return f"{one_line(primary or str(e))} (SQLSTATE {e.sqlstate})"
     return one_line(f"{e.__class__.__name__}: {e}")
+
+
+# What passes by waiting (a worker retries it with backoff): insufficient resources (53: disk or
+# memory full, too many connections), a connection lost or refused (08, 57P01-03: the server shut
+# down or restarts), a lock or statement timeout (55P03, 57014), a serialization failure or a
+# deadlock (40001, 40P01), a prepared statement missing or already there (26000, 42P05: a pooler in
+# transaction mode hands each transaction another server connection). Anything else the server
+# answers (a revoked grant, skiplock missing, a bug) does not pass by waiting.
+TRANSIENT_CLASSES = ("53", "08")
+TRANSIENT_CODES = ("55P03", "57014", "40001", "40P01", "57P01", "57P02", "57P03", "26000", "42P05")
+PREPARED_LOST = ("26000", "42P05")
+
+# The server's reasons for refusing a connection that waiting does not change.
+_REFUSED = ("password authentication failed", "no pg_hba.conf entry", "authentication failed",
+            "does not exist", "permission denied for database", "pg_hba.conf rejects")
+
+
+def transient(e: BaseException) -> bool:
+    """Does e pass by waiting (see TRANSIENT_CLASSES)? A connection that failed or broke without a
+    server answer does, unless the server refused the login (refused_login)."""
+    if not isinstance(e, psycopg.Error):
+        return False
+    state = e.sqlstate
+    if state is None:
+        return isinstance(e, psycopg.OperationalError) and not refused_login(e)
+    return state.startswith(TRANSIENT_CLASSES) or state in TRANSIENT_CODES
+
+
+def refused_login(e: BaseException) -> bool:
+    """Did the server refuse the login itself (password, pg_hba.conf, a missing role or database)?"""
+    if isinstance(e, psycopg.Error) and e.sqlstate is not None:
+        return e.sqlstate.startswith("28") or e.sqlstate == "3D000"
+    text = str(e)
+    return isinstance(e, psycopg.OperationalError) and any(r in text for r in _REFUSED)
+
+
+def prepared_lost(e: BaseException) -> bool:
+    """A statement psycopg prepared is missing (or already there) on the server connection: a
+    pooler in transaction mode sits between us and the server."""
+    return isinstance(e, psycopg.Error) and e.sqlstate in PREPARED_LOST

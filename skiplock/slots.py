@@ -27,6 +27,7 @@ import psycopg.sql
 from rich.console import Console
 
 from skiplock import connect
+from skiplock.errors import one_line, prepared_lost, primary_message, refused_login
 from skiplock.worker import channel
 
 CONNECT_TIMEOUT = 5    # seconds a bounded reconnect (reconnect_once) may take
@@ -42,6 +43,7 @@ class Shared:
         self.stopping = threading.Event()   # take (or call) no more
         self.abort = threading.Event()      # grace is over: kill (or cancel) what still runs
         self.deadline: float | None = None  # when the grace ends, once stopping (time.monotonic())
+        self.abort_why = "on a second signal"   # what the log says of a command the abort killed
         self.lock = threading.Lock()
         self.counts: collections.Counter[str] = collections.Counter()
         self.running = 0
@@ -57,6 +59,15 @@ class Shared:
     def count(self, what: str) -> None:
         with self.lock:
             self.counts[what] += 1
+
+    def give_up(self, why: str) -> None:
+        """An error that waiting does not cure: say why at once, then stop as on a first SIGTERM
+        (take no more, let what runs end within the grace)."""
+        self.log(f"error: {why}; stopping")
+        with self.lock:
+            if not self.stopping.is_set():
+                self.deadline = time.monotonic() + self.args.grace
+                self.stopping.set()
 
 
 S = TypeVar("S", bound=Shared)
@@ -95,9 +106,9 @@ class Slot(threading.Thread, Generic[S]):
                 self.listen(conn)
                 return conn
             except psycopg.OperationalError as e:
-                if self.shared.stopping.is_set():
+                if self.shared.stopping.is_set() or refused_login(e):
                     raise
-                self.shared.log(f"cannot connect ({e.__class__.__name__}); retrying in {delay:.1f} s")
+                self.shared.log(f"{self.name}: cannot connect ({connection_error(e)}); retrying in {delay:.1f} s")
                 time.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
 
@@ -124,6 +135,26 @@ class Slot(threading.Thread, Generic[S]):
         except psycopg.OperationalError:
             return False
 
+    def recover(self, e: psycopg.Error, what: str, delay: float, bounded: bool = False) -> float:
+        """After an error that passes by waiting (skiplock.errors.transient), on `what` (a take, a
+        finish): say so, go on unprepared and polling if a statement we prepared went missing (a
+        transaction pooler we were not told of), open a new connection if this one broke (one
+        bounded try if `bounded`), then sleep `delay`. Returns the next delay (doubled, at most
+        BACKOFF_MAX)."""
+        if prepared_lost(e) and connect.detected_transaction_pooler():
+            self.shared.log(f"{primary_message(e)}: a pooler in transaction mode? going on with unprepared "
+                            f"statements and polling every {self.shared.args.poll:g} s (say --pooler transaction "
+                            "to start so)")
+        self.shared.log(f"{self.name}: {what}: {connection_error(e)}; retrying in {delay:.1f} s")
+        broken = self.conn is None or self.conn.closed or self.conn.broken
+        if broken or prepared_lost(e):
+            if bounded:
+                self.reconnect_once()
+            else:
+                self.reconnect()
+        time.sleep(delay)
+        return min(delay * 2, BACKOFF_MAX)
+
     def idle(self) -> None:
         """Sleep until an enqueue notifies the stage or the slow poll comes round (or we stop)."""
         if not self.listening:  # through a transaction pooler: the poll alone
@@ -141,6 +172,13 @@ class Slot(threading.Thread, Generic[S]):
             self.reconnect()
 
 
+def connection_error(e: BaseException) -> str:
+    """The reason the server or the network gave, on one line (not only the exception's class)."""
+    if isinstance(e, psycopg.Error) and e.sqlstate:
+        return primary_message(e)
+    return one_line(str(e).removeprefix("connection failed: ")) or e.__class__.__name__
+
+
 @contextmanager
 def stop_signals(shared: Shared, grace: float, stopping: Callable[[str], str], abort: str) -> Iterator[None]:
     """SIGTERM and SIGINT stop in two steps while the block runs (the previous handlers come back
@@ -155,6 +193,7 @@ def stop_signals(shared: Shared, grace: float, stopping: Callable[[str], str], a
             shared.log(stopping(name))
         elif not shared.abort.is_set():
             shared.log(f"{name} again: {abort}")
+            shared.abort_why = f"on a second {name}"
             shared.abort.set()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -163,3 +202,54 @@ def stop_signals(shared: Shared, grace: float, stopping: Callable[[str], str], a
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+
+
+MAINTAIN_LOCK = "SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended('skiplock.worker_maintain', 0))"
+
+
+def maintain_once(conn: psycopg.Connection) -> list[tuple] | None:
+    """queue.maintain() in a transaction of its own, if no other worker runs it right now (an
+    advisory lock elects one); its rows, or None when another worker held the lock."""
+    with conn.transaction():
+        row = conn.execute(MAINTAIN_LOCK, prepare=False).fetchone()
+        if not (row and row[0]):
+            return None
+        return conn.execute("SELECT task, count, detail FROM queue.maintain()", prepare=False).fetchall()
+
+
+class Maintainer(threading.Thread):
+    """Runs queue.maintain() every `every` seconds on a connection of its own while the worker
+    runs, one worker at a time (maintain_once), so that a queue with workers but no `skiplock
+    maintain` still gets its expired leases back. A login that may not run it (42501) is said once
+    and the thread ends; any other error is said and tried again at the next round."""
+
+    def __init__(self, shared: Shared, every: float) -> None:
+        super().__init__(name="maintain", daemon=True)
+        self.shared, self.every = shared, every
+        self.conn: psycopg.Connection | None = None
+
+    def run(self) -> None:
+        sh = self.shared
+        try:
+            while not sh.stopping.wait(self.every):
+                try:
+                    if self.conn is None or self.conn.closed or self.conn.broken:
+                        self.conn = connect.connect(sh.url, connect_timeout=CONNECT_TIMEOUT)
+                    rows = maintain_once(self.conn)
+                    for task, count, detail in rows or ():
+                        if count and not sh.args.quiet:
+                            sh.log(f"maintain: {task} {count}" + (f" ({detail})" if detail else ""))
+                except psycopg.Error as e:
+                    if e.sqlstate == "42501":
+                        sh.log(f"maintain: {primary_message(e)}: this worker leaves maintenance to "
+                               "`skiplock maintain` or pg_cron (only skiplock_admin may run queue.maintain(); "
+                               "--no-maintain says so without this line)")
+                        return
+                    if e.sqlstate in ("3F000", "42P01", "42883"):
+                        return
+                    sh.log(f"maintain: {connection_error(e)}; trying again in {self.every:g} s")
+                    if self.conn is not None and (self.conn.closed or self.conn.broken):
+                        self.conn = None
+        finally:
+            if self.conn is not None:
+                self.conn.close()

@@ -25,8 +25,24 @@
 // (a named query), so that the server does not parse and plan it on every call (an unprepared
 // `enqueue` ran 13-18 % fewer calls a second).
 //
+// Errors that pass by waiting (a statement or lock timeout, a deadlock, a serialization failure,
+// a full disk or too many connections: SQLSTATE classes 53 and 08, 55P03, 57014, 40001, 40P01) are
+// logged and the statement is tried again with the same backoff; a finish or fail for as long as
+// the task's lease holds (heartbeats go on meanwhile). A statement this worker prepared that went
+// missing (26000: a pooler in transaction mode nobody announced) makes it say so once and go on
+// unprepared and polling. What waiting does not cure (a refused login, a revoked grant, skiplock
+// not installed) ends the worker in one line, exit 1.
+//
+// Unless MAINTAIN_EVERY is 0, the worker runs queue.maintain() every MAINTAIN_EVERY seconds, one
+// worker at a time across all of them (an advisory lock elects one), so that the tasks of a
+// worker that died come back with no `skiplock maintain` running. A handler that has not settled
+// within the stage's task_timeout (configure_stage; read when the worker starts) or TASK_TIMEOUT
+// seconds, which overrides it, has its attempt failed (retried by the stage's policy; JavaScript
+// cannot stop the handler itself, whose result is then ignored).
+//
 // Settings (environment): DATABASE_URL, STAGE (default), BATCH (10, 1 to 10000), LEASE seconds
-// (60), IDLE_WAIT seconds (5), SKIPLOCK_POOLER (none, session or transaction). A bad value prints
+// (60), IDLE_WAIT seconds (5), MAINTAIN_EVERY seconds (10, or LEASE/3 if shorter; 0: off),
+// TASK_TIMEOUT seconds (none), SKIPLOCK_POOLER (none, session or transaction). A bad value prints
 // a message and exits 2.
 
 const os = require('node:os');
@@ -36,6 +52,17 @@ const BACKOFF_FIRST = 0.1;  // seconds before the first reconnection attempt, do
 const BACKOFF_MAX = 5;      // ...up to this
 
 class Unreachable extends Error {}  // the server could not be reached while the worker stopped
+class Refused extends Error {}      // what waiting does not cure: a refused login
+
+// Does err pass by waiting (see the top of this file)? 26000 and 42P05: a statement we prepared is
+// missing or already there on the server connection (a transaction pooler).
+function transient(err) {
+  if (!(err instanceof DatabaseError)) return connectionLost(err, null);
+  return /^(53|08)/.test(err.code)
+    || ['55P03', '57014', '40001', '40P01', '57P01', '57P02', '57P03', '26000', '42P05'].includes(err.code);
+}
+
+const MAINTAIN_LOCK = "SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended('skiplock.worker_maintain', 0)) AS got";
 
 // Did err come from a lost connection (terminated backend, server restart, network)? An error
 // the server sent on a live connection is a DatabaseError with its SQLSTATE.
@@ -82,11 +109,14 @@ async function handle(task) {
 
 class Worker {
   constructor({ url, stage = 'default', batch = 10, lease = 60, idleWait = 5, handler = handle,
-                name = `${os.hostname()}:${process.pid}`, listen = true, prepare = listen }) {
+                name = `${os.hostname()}:${process.pid}`, listen = true, prepare = listen,
+                maintainEvery = Math.min(10, lease / 3), taskTimeout = null }) {
     if (!Number.isInteger(batch) || batch < 1 || batch > 10000) throw new RangeError(`batch: ${batch}: expected an integer from 1 to 10000`);
     if (!Number.isFinite(lease) || lease <= 0) throw new RangeError(`lease: ${lease}: expected seconds > 0`);
     if (!Number.isFinite(idleWait) || idleWait <= 0) throw new RangeError(`idleWait: ${idleWait}: expected seconds > 0`);
-    Object.assign(this, { url, stage, batch, lease, idleWait, handler, name, listens: listen, prepares: prepare });
+    Object.assign(this, { url, stage, batch, lease, idleWait, handler, name, listens: listen, prepares: prepare,
+                          maintainEvery, taskTimeout });
+    this.expires = new Map(); // id -> when its lease runs out (Date.now()), renewed by each heartbeat
     this.statements = new Map();  // text -> its name, when prepares
     this.counters = { taken: 0, finished: 0, failed: 0, snoozed: 0, lost: 0 };
     this.held = new Map();    // id -> lease of the tasks not finished or failed yet
@@ -120,6 +150,9 @@ class Worker {
       } catch (err) {
         client.skiplockBroken = true;
         client.end().catch(() => {});
+        if (err instanceof DatabaseError && (/^28/.test(err.code) || err.code === '3D000')) {
+          throw new Refused(`${role} connection: ${err.message} (SQLSTATE ${err.code})`);
+        }
         if (this.stopping) throw new Unreachable(`${role} connection: ${err.message}`);
         console.error(`${role} connection: ${err.message}: retrying in ${delay} s`);
         await new Promise((resolve) => {
@@ -134,7 +167,10 @@ class Worker {
 
   // db.query that survives a lost connection: reconnect, then the same statement again (a lease
   // stays valid meanwhile). Heartbeats and the loop share the client, and its reconnection.
-  async query(text, values) {
+  // An error that passes by waiting (transient()) is tried again after a backoff while holds()
+  // (a lease that still holds), else thrown.
+  async query(text, values, holds = () => !this.stopping) {
+    let delay = BACKOFF_FIRST;
     for (;;) {
       if (this.ended) throw new Unreachable('the worker has stopped');
       if (this.db === null) {
@@ -147,13 +183,54 @@ class Worker {
       try {
         return await client.query(this.prepares ? { name: this.statementName(text), text, values } : { text, values });
       } catch (err) {
-        if (!connectionLost(err, client)) throw err;
+        if (!connectionLost(err, client)) {
+          if (!transient(err) || !holds()) throw err;
+          if (['26000', '42P05'].includes(err.code)) {
+            if (this.prepares) {
+              this.prepares = false;
+              console.error(`${err.code}: ${err.message}: a pooler in transaction mode? going on with unprepared`
+                            + ' statements (set SKIPLOCK_POOLER=transaction to start so)');
+            }
+            if (this.db === current) { this.db = null; client.end().catch(() => {}); }
+          }
+          console.error(`main: ${err.code}: ${err.message}; retrying in ${delay} s`);
+          await sleep(delay * 1000);
+          delay = Math.min(delay * 2, BACKOFF_MAX);
+          continue;
+        }
         if (this.db === current) {
           console.error(`main connection lost (${err.message}): reconnecting`);
           this.db = null;
           client.end().catch(() => {});
         }
       }
+    }
+  }
+
+  // Does the task's lease still hold, as far as the last heartbeat knows?
+  holds(id) {
+    return this.held.has(id) && Date.now() < (this.expires.get(id) || 0);
+  }
+
+  // queue.maintain() in a transaction of its own, if no other worker runs it now (an advisory
+  // lock elects one); on a connection of its own, opened for the round.
+  async maintain() {
+    const client = new Client({ connectionString: this.url });
+    client.on('error', () => {});
+    try {
+      await client.connect();
+      await client.query('BEGIN');
+      if ((await client.query(MAINTAIN_LOCK)).rows[0].got) await client.query('SELECT * FROM queue.maintain()');
+      await client.query('COMMIT');
+    } catch (err) {
+      if (err.code === '42501') {
+        console.error(`maintain: ${err.message}: this login does not maintain the queue (only skiplock_admin may run it: run \`skiplock maintain\`, or set MAINTAIN_EVERY=0)`);
+        this.maintainEvery = 0;
+      } else {
+        console.error(`maintain: ${err.message}; trying again in ${this.maintainEvery} s`);
+      }
+    } finally {
+      await client.end().catch(() => {});
     }
   }
 
@@ -189,7 +266,20 @@ class Worker {
   async run() {
     // LISTEN before the first take: a task enqueued in between still wakes us.
     if (this.listens) await this.listen();
+    if (this.taskTimeout === null) {  // the stage's own limit (configure_stage(task_timeout => …)), if any
+      try {
+        const { rows } = await this.query('SELECT extract(epoch FROM queue.task_timeout($1))::float8 AS s', [this.stage]);
+        this.taskTimeout = rows[0].s;
+      } catch (err) {
+        if (err.code !== '42883') throw err;  // a database older than the setting
+      }
+    }
     const beat = setInterval(() => { if (!this.beating) this.beat = this.heartbeat(); }, (this.lease * 1000) / 3);
+    let maintaining = null;
+    const maintainer = this.maintainEvery > 0 ? setInterval(() => {
+      if (this.maintainEvery <= 0) { clearInterval(maintainer); return; }
+      if (!maintaining) maintaining = this.maintain().finally(() => { maintaining = null; });
+    }, this.maintainEvery * 1000) : null;
     try {
       while (!this.stopping) {
         this.notified = false;
@@ -203,8 +293,10 @@ class Worker {
       }
     } finally {
       clearInterval(beat);
+      if (maintainer) clearInterval(maintainer);
       this.stop();  // reconnections in the background give up
       await this.beat;
+      await maintaining;
       await this.listening;
       this.ended = true;
       const { listener, db } = this;
@@ -222,8 +314,10 @@ class Worker {
     try {
       for (const [id, lease] of this.held) {
         try {
+          const at = Date.now();
           await this.query("SELECT queue.heartbeat(id => $1, lease => $2, lease_for => $3 * interval '1 second',"
-                           + ' stage => $4)', [id, lease, this.lease, this.stage]);
+                           + ' stage => $4)', [id, lease, this.lease, this.stage], () => !this.stopping && this.held.has(id));
+          if (this.held.has(id)) this.expires.set(id, at + this.lease * 1000);
         } catch (err) {
           if (err.code !== 'SK001') { console.error(`heartbeat on ${id}: ${err.message}`); continue; }
           this.held.delete(id);   // someone else owns the task now: drop our result
@@ -237,16 +331,16 @@ class Worker {
 
   // queue.fail; an error text refused all the same is replaced by a plain one, once, so that the
   // worker goes on and the task is not left running until its lease runs out.
-  async fail(task, error, fatal) {
+  async fail(task, error, fatal, holds) {
     const sql = 'SELECT queue.fail(id => $1, lease => $2, error => $3, fatal => $4, stage => $5) AS ok';
     try {
       // A text value holds no NUL (the server answers 22021): a handler's error may quote binary output.
-      return (await this.query(sql, [task.id, task.lease, String(error).replace(/\0/g, '\\0'), fatal, this.stage])).rows[0];
+      return (await this.query(sql, [task.id, task.lease, String(error).replace(/\0/g, '\\0'), fatal, this.stage], holds)).rows[0];
     } catch (err) {
-      if (!(err instanceof DatabaseError)) throw err;  // a lost connection was retried by query()
+      if (!(err instanceof DatabaseError) || transient(err)) throw err;  // retried by query() while the lease held
       console.error(`fail on ${task.id}: the error text was refused (${err.code}: ${err.message}); recording a plain one`);
       return (await this.query(sql, [task.id, task.lease, `handler failed; its error text was refused (SQLSTATE ${err.code})`,
-                                     fatal, this.stage])).rows[0];
+                                     fatal, this.stage], holds)).rows[0];
     }
   }
 
@@ -255,14 +349,26 @@ class Worker {
       "SELECT id, payload, attempt, lease FROM queue.take_next(stage => $1, batch => $2,"
       + " lease_for => $3 * interval '1 second', worker => $4)",
       [this.stage, this.batch, this.lease, this.name]);
-    for (const row of rows) this.held.set(row.id, row.lease);
+    const taken = Date.now();
+    for (const row of rows) { this.held.set(row.id, row.lease); this.expires.set(row.id, taken + this.lease * 1000); }
     for (const task of rows) {
       this.counters.taken += 1;
       let error = null;
       let fatal = false;
       let snooze = null;
+      let timer = null;
       try {
-        await this.handler(task);
+        const run = Promise.resolve().then(() => this.handler(task));
+        if (this.taskTimeout) {
+          const limit = new Promise((_, reject) => {
+            timer = setTimeout(() => reject(new Fail(`timed out after ${this.taskTimeout} s (TASK_TIMEOUT)`)),
+                               this.taskTimeout * 1000);
+          });
+          run.catch(() => {});
+          await Promise.race([run, limit]);
+        } else {
+          await run;
+        }
       } catch (err) {
         if (err instanceof Snooze) {
           snooze = err.seconds;
@@ -271,21 +377,33 @@ class Worker {
           fatal = Boolean(err && err.fatal);
         }
       }
-      if (!this.held.delete(task.id)) {
+      clearTimeout(timer);
+      if (!this.held.has(task.id)) {
         console.error(`lease lost on ${task.id}: dropping the result`);
         continue;
       }
-      // A lost connection: query() reconnects and calls again with the same lease.
+      // A lost connection: query() reconnects and calls again with the same lease; an error that
+      // passes by waiting is tried again while the lease holds (heartbeats renew it).
+      const holds = () => this.holds(task.id);
       let r;
-      if (snooze !== null) {
-        [r] = (await this.query("SELECT queue.release(id => $1, lease => $2, retry_in => $3 * interval '1 second',"
-                                + ' stage => $4) AS ok', [task.id, task.lease, snooze, this.stage])).rows;
-        console.error(`snoozed ${task.id} for ${snooze.toFixed(3)} s`);
-      } else if (error === null) {
-        [r] = (await this.query('SELECT queue.finish(id => $1, lease => $2, stage => $3) AS ok',
-                                [task.id, task.lease, this.stage])).rows;
-      } else {
-        r = await this.fail(task, error, fatal);
+      try {
+        if (snooze !== null) {
+          [r] = (await this.query("SELECT queue.release(id => $1, lease => $2, retry_in => $3 * interval '1 second',"
+                                  + ' stage => $4) AS ok', [task.id, task.lease, snooze, this.stage], holds)).rows;
+          console.error(`snoozed ${task.id} for ${snooze.toFixed(3)} s`);
+        } else if (error === null) {
+          [r] = (await this.query('SELECT queue.finish(id => $1, lease => $2, stage => $3) AS ok',
+                                  [task.id, task.lease, this.stage], holds)).rows;
+        } else {
+          r = await this.fail(task, error, fatal, holds);
+        }
+      } catch (err) {
+        if (!transient(err)) throw err;
+        console.error(`task ${task.id} not recorded while its lease held (${err.code}: ${err.message}): reap_hung() hands it back`);
+        continue;
+      } finally {
+        this.held.delete(task.id);
+        this.expires.delete(task.id);
       }
       if (!r.ok) {           // false: the lease was no longer ours (reaped and retaken)
         this.counters.lost += 1;
@@ -329,10 +447,14 @@ async function main() {
     batch: setting(env, 'BATCH', 10, { integer: true, min: 1, max: 10000 }),
     lease: setting(env, 'LEASE', 60, { min: Number.MIN_VALUE }),
     idleWait: setting(env, 'IDLE_WAIT', 5, { min: Number.MIN_VALUE }),
+    maintainEvery: setting(env, 'MAINTAIN_EVERY', Math.min(10, setting(env, 'LEASE', 60, { min: Number.MIN_VALUE }) / 3), { min: 0 }),
+    taskTimeout: env.TASK_TIMEOUT ? setting(env, 'TASK_TIMEOUT', 0, { min: Number.MIN_VALUE }) : null,
   });
   process.on('SIGTERM', () => worker.stop());
   process.on('SIGINT', () => worker.stop());
   await worker.run();
+  // A handler past its time limit may still hold a timer: it must not keep the process alive.
+  setTimeout(() => process.exit(0), 100).unref();
 }
 
 if (require.main === module) {
@@ -340,6 +462,11 @@ if (require.main === module) {
     if (err instanceof Unreachable) {
       console.error(`stopping while the server is unreachable (${err.message}): the tasks in hand stay`
                     + ' running until their leases run out, then reap_hung() hands them back');
+    } else if (err instanceof DatabaseError && transient(err)) {
+      console.error(`stopping while the server still answers ${err.code} (${err.message}): the tasks in hand stay`
+                    + ' running until their leases run out, then reap_hung() hands them back');
+    } else if (err instanceof Refused || err instanceof DatabaseError) {
+      console.error(`worker.js: ${err.message}${err.code ? ` (SQLSTATE ${err.code})` : ''}: waiting does not cure this; stopping`);
     } else {
       console.error(err);
     }
@@ -347,4 +474,4 @@ if (require.main === module) {
   });
 }
 
-module.exports = { Worker, Fail, Snooze, Unreachable, handle };
+module.exports = { Worker, Fail, Snooze, Unreachable, Refused, handle, transient };

@@ -21,8 +21,24 @@ is issued again and heartbeats go on. Stopped (SIGTERM) while the server is unre
 up after one more try and exits 1: the leases of the tasks it held run out and reap_hung()
 hands them back.
 
+Errors that pass by waiting (a statement or lock timeout, a deadlock, a serialization failure, a
+full disk or too many connections: SQLSTATE classes 53 and 08, 55P03, 57014, 40001, 40P01) are
+logged and the statement is tried again with the same backoff; a finish or fail for as long as
+the task's lease holds (the heartbeat thread renews it meanwhile). A statement this worker
+prepared that went missing (26000: a pooler in transaction mode that SKIPLOCK_POOLER did not
+announce) makes it say so once and go on unprepared and polling. What waiting does not cure (a
+refused login, a revoked grant, skiplock not installed) ends the worker in one line, exit 1.
+
+Unless MAINTAIN_EVERY is 0, a thread runs queue.maintain() every MAINTAIN_EVERY seconds, one
+worker at a time across all of them (an advisory lock elects one), so that the tasks of a worker
+that died come back without a `skiplock maintain` running (a login that may not run it says so
+once). A handler that runs longer than the stage's task_timeout (configure_stage; read when the
+worker starts) or TASK_TIMEOUT seconds, which overrides it, has its attempt failed (SIGALRM
+interrupts it in the main thread), retried by the stage's policy.
+
 Settings (environment): DATABASE_URL, STAGE (default), BATCH (10, 1 to 10000), LEASE seconds
-(60), IDLE_WAIT seconds (5). A bad value prints a message and exits 2.
+(60), IDLE_WAIT seconds (5), MAINTAIN_EVERY seconds (10 or LEASE/3 if shorter; 0: off),
+TASK_TIMEOUT seconds (none). A bad value prints a message and exits 2.
 """
 
 from __future__ import annotations
@@ -34,6 +50,7 @@ import socket
 import sys
 import threading
 import time
+from typing import Callable
 
 import psycopg
 from psycopg import sql
@@ -68,7 +85,15 @@ if POOLER not in ("none", "session", "transaction"):
     sys.exit(2)
 SESSIONS = POOLER != "transaction"   # LISTEN and prepared statements stay with our connection
 NAME = f"{socket.gethostname()}:{os.getpid()}"
+MAINTAIN_EVERY = setting("MAINTAIN_EVERY", str(min(10.0, LEASE / 3)), float, 0)
+TASK_TIMEOUT = setting("TASK_TIMEOUT", "inf", float, 0.001) if os.environ.get("TASK_TIMEOUT") else None
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0   # seconds between reconnection attempts
+# SQLSTATEs that pass by waiting (see the top of this file); 26000 and 42P05: a statement we
+# prepared is missing or already there on the server connection (a transaction pooler).
+TRANSIENT_CLASSES = ("53", "08")
+TRANSIENT = ("55P03", "57014", "40001", "40P01", "57P01", "57P02", "57P03", "26000", "42P05")
+REFUSED = ("password authentication failed", "no pg_hba.conf entry", "does not exist",
+           "permission denied for database")
 
 
 class Fail(Exception):
@@ -114,6 +139,18 @@ class Unreachable(Exception):
     """The server could not be reached and the worker is stopping: give up."""
 
 
+class Refused(Exception):
+    """What waiting does not cure: a refused login, a revoked grant, skiplock not installed."""
+
+
+def transient(e: BaseException) -> bool:
+    """Does e pass by waiting? A connection failure does, unless the server refused the login."""
+    state = getattr(e, "sqlstate", None)
+    if state is None:
+        return isinstance(e, psycopg.OperationalError) and not any(r in str(e) for r in REFUSED)
+    return state.startswith(TRANSIENT_CLASSES) or state in TRANSIENT
+
+
 def connection_lost(e: BaseException, conn: psycopg.Connection | None) -> bool:
     """Did e come from a lost connection (terminated backend, server restart, network)?"""
     if not isinstance(e, (psycopg.OperationalError, psycopg.InterfaceError)):
@@ -146,6 +183,8 @@ class Db:
             except psycopg.OperationalError as e:
                 if conn is not None:
                     conn.close()
+                if not transient(e):
+                    raise Refused(f"{self.role} connection: {' '.join(str(e).split())}") from e
                 if self.stop.is_set():
                     raise Unreachable(f"{self.role} connection: {e}".strip()) from e
                 log(f"{self.role} connection: {str(e).strip()}: retrying in {delay:g} s")
@@ -160,15 +199,34 @@ class Db:
         log(f"{self.role} connection lost ({type(e).__name__}: {str(e).strip()}): reconnecting")
         self.close()
 
-    def query(self, query: str | sql.Composable, params: tuple = ()) -> list[tuple]:
+    def query(self, query: str | sql.Composable, params: tuple = (), holds: Callable[[], bool] | None = None) \
+            -> list[tuple]:
+        """Run a statement; a lost connection or an error that passes by waiting is tried again
+        (after a backoff) while holds() says so (a lease that still holds; by default: until
+        the worker stops), else raised."""
+        if holds is None:
+            holds = lambda: not self.stop.is_set()  # noqa: E731
+        global SESSIONS
+        delay = BACKOFF_FIRST
         while True:
             conn = self.connected()
             try:
                 return conn.execute(query, params).fetchall()
             except psycopg.Error as e:
-                if not connection_lost(e, conn):
+                if connection_lost(e, conn):
+                    self.lost(e)  # then the same statement again: a lease stays valid meanwhile
+                    continue
+                if not transient(e) or not holds():
                     raise
-                self.lost(e)  # then the same statement again: a lease stays valid meanwhile
+                if e.sqlstate in ("26000", "42P05"):
+                    if SESSIONS:
+                        SESSIONS = False
+                        log(f"{e.sqlstate}: {e.diag.message_primary}: a pooler in transaction mode? going on with "
+                            "unprepared statements and polling (set SKIPLOCK_POOLER=transaction to start so)")
+                    self.close()   # the next connection prepares nothing and does not LISTEN
+                log(f"{self.role}: {e.sqlstate}: {e.diag.message_primary}; retrying in {delay:g} s")
+                self.stop.wait(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
 
     def close(self) -> None:
         if self.conn is not None:
@@ -182,6 +240,7 @@ class Heartbeat(threading.Thread):
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.held: dict[int, str] = {}   # id -> lease, the tasks not finished or failed yet
+        self.expires: dict[int, float] = {}  # id -> when its lease runs out (time.monotonic())
         self.lost: set[int] = set()      # heartbeat raised SK001: someone else owns the task now
         self.mutex = threading.Lock()
         self.halt = threading.Event()
@@ -194,8 +253,13 @@ class Heartbeat(threading.Thread):
                     held = list(self.held.items())
                 for task_id, lease in held:
                     try:
+                        beat = time.monotonic()
                         db.query("SELECT queue.heartbeat(id => %s, lease => %s,"
-                                 " lease_for => %s * interval '1 second', stage => %s)", (task_id, lease, LEASE, STAGE))
+                                 " lease_for => %s * interval '1 second', stage => %s)", (task_id, lease, LEASE, STAGE),
+                                 holds=lambda: not self.halt.is_set())
+                        with self.mutex:
+                            if task_id in self.held:
+                                self.expires[task_id] = beat + LEASE
                     except Unreachable:
                         return
                     except psycopg.Error as e:
@@ -205,8 +269,53 @@ class Heartbeat(threading.Thread):
                         with self.mutex:
                             self.held.pop(task_id, None)
                             self.lost.add(task_id)
+                    except Refused as e:
+                        log(f"heartbeat: {e}")
+                        return
         finally:
             db.close()
+
+    def holds(self, task_id: int) -> bool:
+        """Does the task's lease still hold (as far as the last heartbeat knows)?"""
+        with self.mutex:
+            return task_id not in self.lost and time.monotonic() < self.expires.get(task_id, 0.0)
+
+    def done(self, task_id: int) -> None:
+        with self.mutex:
+            self.held.pop(task_id, None)
+            self.expires.pop(task_id, None)
+
+
+MAINTAIN_LOCK = "SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended('skiplock.worker_maintain', 0))"
+
+
+class Maintainer(threading.Thread):
+    """queue.maintain() every MAINTAIN_EVERY seconds, in a transaction of its own, by one worker
+    at a time (an advisory lock elects it): expired leases come back with no `skiplock maintain`."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        conn = None
+        try:
+            while not self.halt.wait(MAINTAIN_EVERY):
+                try:
+                    if conn is None or conn.closed or conn.broken:
+                        conn = psycopg.connect(URL, autocommit=True, prepare_threshold=None, connect_timeout=5)
+                    with conn.transaction():
+                        if conn.execute(MAINTAIN_LOCK).fetchone()[0]:
+                            conn.execute("SELECT * FROM queue.maintain()")
+                except psycopg.Error as e:
+                    if e.sqlstate == "42501":
+                        log(f"maintain: {e.diag.message_primary}: this login does not maintain the queue "
+                            "(only skiplock_admin may run it: run `skiplock maintain`, or set MAINTAIN_EVERY=0)")
+                        return
+                    log(f"maintain: {' '.join(str(e).split())}; trying again in {MAINTAIN_EVERY:g} s")
+        finally:
+            if conn is not None:
+                conn.close()
 
 
 stopping = False
@@ -232,16 +341,39 @@ def storable(text: str) -> str:
     return text.replace("\0", "\\0").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def fail(db: Db, task_id: int, lease: str, error: str, fatal: bool) -> bool:
+def fail(db: Db, task_id: int, lease: str, error: str, fatal: bool, holds: Callable[[], bool]) -> bool:
     """queue.fail; an error text refused all the same is replaced by a plain one, once, so that
     the worker goes on and the task is not left running until its lease runs out."""
     query = "SELECT queue.fail(id => %s, lease => %s, error => %s, fatal => %s, stage => %s)"
     try:
-        return db.query(query, (task_id, lease, storable(error), fatal, STAGE))[0][0]
+        return db.query(query, (task_id, lease, storable(error), fatal, STAGE), holds)[0][0]
     except (psycopg.Error, UnicodeError) as e:  # not a lost connection: Db.query retries those
+        if isinstance(e, psycopg.Error) and transient(e):
+            raise
         log(f"fail on {task_id}: the error text was refused ({type(e).__name__}: {e}); recording a plain one")
         return db.query(query, (task_id, lease, f"handler failed; its error text was refused ({type(e).__name__})",
-                                fatal, STAGE))[0][0]
+                                fatal, STAGE), holds)[0][0]
+
+
+class TimedOut(Exception):
+    """The handler ran past TASK_TIMEOUT (raised in it by SIGALRM)."""
+
+
+def on_alarm(signum: int, frame: object) -> None:
+    raise TimedOut(f"timed out after {TASK_TIMEOUT:g} s (TASK_TIMEOUT)")
+
+
+def run_handler(task_id: int, payload: dict, attempt: int) -> None:
+    """handle(), interrupted by SIGALRM past TASK_TIMEOUT."""
+    if TASK_TIMEOUT is None:
+        handle(task_id, payload, attempt)
+        return
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, TASK_TIMEOUT)
+    try:
+        handle(task_id, payload, attempt)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def run_batch(db: Db, heartbeat: Heartbeat) -> int:
@@ -249,12 +381,14 @@ def run_batch(db: Db, heartbeat: Heartbeat) -> int:
         "SELECT id, payload, attempt, lease FROM queue.take_next("
         " stage => %s, batch => %s, lease_for => %s * interval '1 second', worker => %s)",
         (STAGE, BATCH, LEASE, NAME))
+    taken = time.monotonic()
     with heartbeat.mutex:
         heartbeat.held.update((r[0], r[3]) for r in rows)
+        heartbeat.expires.update((r[0], taken + LEASE) for r in rows)
     for task_id, payload, attempt, lease in rows:
         error, fatal, snooze = None, False, None
         try:
-            handle(task_id, payload, attempt)
+            run_handler(task_id, payload, attempt)
         except Snooze as s:
             snooze = s.seconds
         except Fail as f:
@@ -262,19 +396,31 @@ def run_batch(db: Db, heartbeat: Heartbeat) -> int:
         except Exception as e:  # a bug in the handler is a failed attempt, retried with backoff
             error = f"{type(e).__name__}: {e}"
         with heartbeat.mutex:
-            heartbeat.held.pop(task_id, None)
             if task_id in heartbeat.lost:
+                heartbeat.held.pop(task_id, None)
                 log(f"lease lost on {task_id}: dropping the result")
                 continue
-        # A lost connection: Db.query reconnects and calls again with the same lease.
-        if snooze is not None:
-            ok = db.query("SELECT queue.release(id => %s, lease => %s, retry_in => %s * interval '1 second',"
-                          " stage => %s)", (task_id, lease, snooze, STAGE))[0][0]
-            log(f"snoozed {task_id} for {snooze:.3f} s")
-        elif error is None:
-            ok = db.query("SELECT queue.finish(id => %s, lease => %s, stage => %s)", (task_id, lease, STAGE))[0][0]
-        else:
-            ok = fail(db, task_id, lease, error, fatal)
+        # A lost connection: Db.query reconnects and calls again with the same lease; an error
+        # that passes by waiting is tried again while the lease holds (the heartbeat renews it).
+        holds = lambda: heartbeat.holds(task_id)  # noqa: E731
+        try:
+            if snooze is not None:
+                ok = db.query("SELECT queue.release(id => %s, lease => %s, retry_in => %s * interval '1 second',"
+                              " stage => %s)", (task_id, lease, snooze, STAGE), holds)[0][0]
+                log(f"snoozed {task_id} for {snooze:.3f} s")
+            elif error is None:
+                ok = db.query("SELECT queue.finish(id => %s, lease => %s, stage => %s)", (task_id, lease, STAGE),
+                              holds)[0][0]
+            else:
+                ok = fail(db, task_id, lease, error, fatal, holds)
+        except psycopg.Error as e:
+            if not transient(e):
+                raise
+            log(f"task {task_id} not recorded while its lease held ({e.sqlstate}: {e.diag.message_primary}): "
+                "reap_hung() hands it back")
+            ok = True
+        finally:
+            heartbeat.done(task_id)
         if not ok:  # false: the lease was no longer ours (reaped and retaken)
             log(f"lease lost on {task_id}")
     return len(rows)
@@ -312,9 +458,18 @@ def main() -> int:
     signal.signal(signal.SIGINT, on_signal)
     heartbeat = Heartbeat()
     heartbeat.start()
+    maintainer = Maintainer()
+    if MAINTAIN_EVERY > 0:
+        maintainer.start()
     # LISTEN before the first take: a task enqueued in between still wakes us.
     db = Db("main", stop_event, listen=True)
+    global TASK_TIMEOUT
     try:
+        if TASK_TIMEOUT is None:  # the stage's own limit (configure_stage(task_timeout => …)), if any
+            try:
+                TASK_TIMEOUT = db.query("SELECT extract(epoch FROM queue.task_timeout(%s))::float8", (STAGE,))[0][0]
+            except psycopg.errors.UndefinedFunction:  # a database older than the setting
+                db.close()
         while not stopping:
             if run_batch(db, heartbeat):
                 continue
@@ -323,7 +478,18 @@ def main() -> int:
         log(f"stopping while the server is unreachable ({e}): the tasks in hand stay running"
             " until their leases run out, then reap_hung() hands them back")
         return 1
+    except Refused as e:
+        log(f"worker.py: {e}: waiting does not cure this; stopping")
+        return 1
+    except psycopg.Error as e:
+        if transient(e):  # stopped while it kept failing: what it held comes back through its lease
+            log(f"stopping while the server still answers {e.sqlstate} ({e.diag.message_primary}): the tasks in hand"
+                " stay running until their leases run out, then reap_hung() hands them back")
+        else:  # what waiting does not cure: a revoked grant, skiplock missing
+            log(f"worker.py: {e.diag.message_primary or e} (SQLSTATE {e.sqlstate}): waiting does not cure this; stopping")
+        return 1
     finally:
+        maintainer.halt.set()
         heartbeat.halt.set()
         db.close()
     return 0

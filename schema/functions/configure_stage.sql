@@ -7,6 +7,8 @@
 --   rate_limit   at most this many takes per rate_window (default 1 s; 0 removes it), of each
 --                group_key with rate_per_group; rate_burst: at most so many per its share of a window;
 --   weight       tasks a multi-stage take serves from the stage in its turn (1 to 1000).
+--   task_timeout how long a worker lets an attempt run before it kills it and fails the attempt
+--                (enforced by the workers, which read it with queue.task_timeout; 0 removes it).
 -- A new limit applies to the takes that start after this call commits; tasks already running are
 -- not stopped (a lowered cap holds again once enough of them end). Resuming a stage or changing a
 -- cap sends its NOTIFY (unless the stage turned notify off), waking its workers.
@@ -28,7 +30,8 @@ CREATE OR REPLACE FUNCTION queue.configure_stage(
         rate_window    interval DEFAULT NULL,
         rate_burst     integer  DEFAULT NULL,
         rate_per_group boolean  DEFAULT NULL,
-        weight         integer  DEFAULT NULL)
+        weight         integer  DEFAULT NULL,
+        task_timeout   interval DEFAULT NULL)
     RETURNS queue.stage_settings
     LANGUAGE plpgsql
     VOLATILE
@@ -64,14 +67,15 @@ BEGIN
     -- Past this, now() + a lease or a backoff can leave the timestamp range, and reap_hung (for
     -- every stage at once) or the stage's takes would fail.
     IF configure_stage.lease_duration > interval '100 years' OR configure_stage.backoff_base > interval '100 years'
-       OR configure_stage.backoff_cap > interval '100 years' THEN
+       OR configure_stage.backoff_cap > interval '100 years' OR configure_stage.task_timeout > interval '100 years' THEN
         RAISE EXCEPTION 'invalid stage setting'
             USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('lease_duration %s, backoff_base %s, backoff_cap %s.',
+                  DETAIL = pg_catalog.format('lease_duration %s, backoff_base %s, backoff_cap %s, task_timeout %s.',
                                              coalesce(configure_stage.lease_duration::text, 'unchanged'),
                                              coalesce(configure_stage.backoff_base::text, 'unchanged'),
-                                             coalesce(configure_stage.backoff_cap::text, 'unchanged')),
-                  HINT = 'lease_duration, backoff_base and backoff_cap are at most 100 years.';
+                                             coalesce(configure_stage.backoff_cap::text, 'unchanged'),
+                                             coalesce(configure_stage.task_timeout::text, 'unchanged')),
+                  HINT = 'lease_duration, backoff_base, backoff_cap and task_timeout are at most 100 years.';
     END IF;
     -- A new row starts as a copy of the defaults; then the columns given change under the row's
     -- lock, as the row is when written (a concurrent call's change, a pause say, is kept).
@@ -102,6 +106,8 @@ BEGIN
                                      ELSE NULLIF(configure_stage.rate_burst, 0) END,
                rate_per_group = coalesce(configure_stage.rate_per_group, s.rate_per_group),
                weight         = coalesce(configure_stage.weight, s.weight),
+               task_timeout   = CASE WHEN configure_stage.task_timeout IS NULL THEN s.task_timeout
+                                     ELSE NULLIF(configure_stage.task_timeout, interval '0') END,
                updated        = pg_catalog.now()
          WHERE s.stage = configure_stage.stage
         RETURNING s.* INTO v_row;
@@ -110,7 +116,7 @@ BEGIN
             USING ERRCODE = '22023',
                   DETAIL = SQLERRM,
                   HINT = 'lease_duration > 0 (at most 100 years), max_attempts >= 1, backoff ''linear'' or ''exponential'', delays >= 0, jitter between 0 and 1, '
-                         || 'rate_window 1 ms to 31 days without months, rate_burst at most rate_limit, weight 1 to 1000.';
+                         || 'rate_window 1 ms to 31 days without months, rate_burst at most rate_limit, weight 1 to 1000, task_timeout >= 0 (0 removes it).';
     END;
     -- Resuming a stage or changing a cap can make tasks takeable at once: wake the workers that
     -- wait on it (for '*', on any stage that has had one). Whatever their mark's age: a take
@@ -128,6 +134,6 @@ BEGIN
     RETURN v_row;
 END
 $$;
-COMMENT ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer) IS 'Sets a stage''s policy (NULL keeps a value; ''*'' sets the defaults): lease, retries, wake-ups, max_running, group_limit and rate_limit (0 removes a cap), paused, weight. Raises 22023 for an invalid value. Writes queue.stage_settings.';
-REVOKE ALL ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer) TO skiplock_admin;
+COMMENT ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer, interval) IS 'Sets a stage''s policy (NULL keeps a value; ''*'' sets the defaults): lease, retries, wake-ups, max_running, group_limit and rate_limit (0 removes a cap), paused, weight, task_timeout (0 removes it). Raises 22023 for an invalid value. Writes queue.stage_settings.';
+REVOKE ALL ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer, interval) TO skiplock_admin;

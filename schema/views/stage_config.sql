@@ -35,7 +35,8 @@ SELECT st.stage,
        coalesce(own.rate_window, d.rate_window) AS rate_window,
        coalesce(own.rate_burst, CASE WHEN own.stage IS NULL THEN d.rate_burst END) AS rate_burst,
        coalesce(own.rate_per_group, d.rate_per_group) AS rate_per_group,
-       coalesce(own.weight, d.weight) AS weight
+       coalesce(own.weight, d.weight) AS weight,
+       CASE WHEN own.stage IS NULL THEN d.task_timeout ELSE own.task_timeout END AS task_timeout
   FROM stages st
   LEFT JOIN queue.stage_settings own ON own.stage = st.stage
   LEFT JOIN queue.stage_settings d ON d.stage = '*';
@@ -61,5 +62,6 @@ COMMENT ON COLUMN queue.stage_config.rate_window IS 'The window of rate_limit; w
 COMMENT ON COLUMN queue.stage_config.rate_burst IS 'At most this many per rate_window * rate_burst / rate_limit; NULL: the whole rate_limit at once.';
 COMMENT ON COLUMN queue.stage_config.rate_per_group IS 'Whether rate_limit applies to each group_key rather than to the stage.';
 COMMENT ON COLUMN queue.stage_config.weight IS 'Tasks a multi-stage take serves from the stage in its turn.';
+COMMENT ON COLUMN queue.stage_config.task_timeout IS 'How long a worker lets one attempt run before it kills it and fails the attempt; NULL: no limit.';
 REVOKE ALL ON queue.stage_config FROM PUBLIC;
 GRANT SELECT ON queue.stage_config TO skiplock_monitor, skiplock_admin;

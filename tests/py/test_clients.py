@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -551,3 +552,105 @@ def test_client_records_a_crash_whose_error_text_the_driver_refuses(lang: str, u
                 else "Error: tool output: abc\\0def")
     assert [e[:2] for e in errors] == [("fatal", 1)] * 3, worker.log()
     assert all(e[2].startswith(expected) for e in errors), errors
+
+
+# -- the clients' life under faults (issue 54 item 9, issue 50 item 5) ----------------------------
+def fault_login(conn: psycopg.Connection, url: str, name: str, *settings: str) -> str:
+    """A login that is a skiplock_worker, with these role settings; its URL."""
+    conn.execute(f"DROP ROLE IF EXISTS {name}")
+    conn.execute(f"CREATE ROLE {name} LOGIN IN ROLE skiplock_worker")
+    for s in settings:
+        conn.execute(f"ALTER ROLE {name} SET {s}")
+    return psycopg.conninfo.make_conninfo(url, user=name)
+
+
+def test_client_waits_out_a_share_lock_past_its_statement_timeout(reconnecting_language: str, url: str) -> None:
+    """A DBA holds SHARE on queue.live_tasks for 5 s while the worker's login has statement_timeout
+    = 1s: its takes, finishes and heartbeats time out (57014) and are tried again; none is lost,
+    none runs twice, the worker goes on."""
+    language = reconnecting_language
+    stage = f"faults_share_{language}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        w_url = fault_login(conn, url, f"faults_share_{language}", "statement_timeout = '1s'")
+        ids = produce(language, url, stage, [{"sleep": 0.01} for _ in range(300)])
+        worker = ClientWorker(language, w_url, stage, BATCH=5, LEASE=60, IDLE_WAIT=0.5, MAINTAIN_EVERY=0)
+        try:
+            wait_until("some tasks done", lambda: conn.execute(
+                "SELECT count(*) >= 10 FROM queue.history WHERE stage = %s", (stage,)).fetchone()[0], 60, worker)
+            with conn.transaction():
+                conn.execute("LOCK TABLE queue.live_tasks IN SHARE MODE")
+                time.sleep(5)
+            wait_until("every task done", lambda: conn.execute(
+                "SELECT count(*) = 300 FROM queue.history WHERE stage = %s", (stage,)).fetchone()[0], 120, worker)
+        finally:
+            code = worker.stop()
+        rows = conn.execute("SELECT count(*), max(attempt) FROM queue.history WHERE stage = %s AND status = 'done'",
+                            (stage,)).fetchone()
+    assert code == 0, worker.log()
+    assert rows == (len(ids), 1), worker.log()
+    assert "statement timeout" in worker.log() and "retrying" in worker.log(), worker.log()
+
+
+def test_client_ends_in_one_line_on_a_revoked_grant(reconnecting_language: str, url: str) -> None:
+    language = reconnecting_language
+    with psycopg.connect(url, autocommit=True) as conn:
+        w_url = fault_login(conn, url, f"faults_revoked_{language}")
+        conn.execute(f"REVOKE skiplock_worker FROM faults_revoked_{language}")
+    worker = ClientWorker(language, w_url, f"faults_revoked_{language}", MAINTAIN_EVERY=0)
+    code = worker.proc.wait(60)
+    worker.reader.join(10)
+    assert code == 1, worker.log()
+    assert "permission denied" in worker.log() and "waiting does not cure this" in worker.log(), worker.log()
+    assert "Traceback" not in worker.log(), worker.log()
+
+
+def test_client_maintains_the_queue_so_a_killed_workers_task_comes_back(reconnecting_language: str, url: str) -> None:
+    """No `skiplock maintain` runs: worker B's own maintenance reaps the lease of worker A, killed
+    with -9, and B runs the task (within the lease and a round of maintenance)."""
+    language = reconnecting_language
+    stage = f"faults_kill9_{language}"
+    lease, every = 3, 1
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT queue.configure_stage(%s, backoff_base => '0')", (stage,))  # due again once reaped
+        (task,) = produce(language, url, stage, [{"sleep": 600}])
+        a = ClientWorker(language, url, stage, BATCH=1, LEASE=lease, IDLE_WAIT=0.5, MAINTAIN_EVERY=every)
+        b = None
+        try:
+            wait_until("A to take the task", lambda: conn.execute(
+                "SELECT worker FROM queue.live_tasks WHERE id = %s AND status = 'running'", (task,)).fetchone(), 60, a)
+            b = ClientWorker(language, url, stage, BATCH=1, LEASE=lease, IDLE_WAIT=0.5, MAINTAIN_EVERY=every)
+            time.sleep(1)
+            a.proc.kill()
+            a.proc.wait(30)
+            killed = time.monotonic()
+            wait_until("B to run the task", lambda: conn.execute(
+                "SELECT worker FROM queue.live_tasks WHERE id = %s AND status = 'running'",
+                (task,)).fetchone() == (f"{socket.gethostname()}:{b.proc.pid}",), 120, b)
+            took = time.monotonic() - killed
+        finally:
+            if b is not None:
+                b.proc.kill()
+                b.proc.wait()
+            a.proc.kill()
+    assert took < lease + every + 20, took
+
+
+
+def test_client_fails_a_handler_past_the_stages_task_timeout(reconnecting_language: str, url: str) -> None:
+    """configure_stage(task_timeout => 1 s): a handler still running is failed "timed out", and
+    the worker goes on to the next task."""
+    language = reconnecting_language
+    stage = f"faults_timeout_{language}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT queue.configure_stage(%s, max_attempts => 1, task_timeout => '1 second')", (stage,))
+        hung, quick = produce(language, url, stage, [{"sleep": 600}, {}])
+        worker = ClientWorker(language, url, stage, BATCH=1, LEASE=30, IDLE_WAIT=0.5, MAINTAIN_EVERY=0)
+        try:
+            wait_until("both tasks to end", lambda: conn.execute(
+                "SELECT count(*) = 2 FROM queue.history WHERE stage = %s", (stage,)).fetchone()[0], 90, worker)
+        finally:
+            worker.stop()
+        rows = dict(conn.execute("SELECT id, status::text || ': ' || coalesce(error_text, '') FROM queue.history "
+                                 "WHERE stage = %s", (stage,)).fetchall())
+    assert rows[hung].startswith("fatal: ") and "timed out after 1 s" in rows[hung], (rows, worker.log())
+    assert rows[quick] == "done: ", (rows, worker.log())

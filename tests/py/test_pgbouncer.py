@@ -425,3 +425,59 @@ def test_client_through_the_pooler(language: str, mode: str, bouncers: dict[str,
     rows = history(direct, stage)
     assert [r[0] for r in rows] == sorted(ids), logs
     assert all(r[1] == "done" and r[2] == (2 if ids.index(r[0]) % 6 == 0 else 1) for r in rows), (rows, logs)
+
+
+# -- a transaction pooler nobody announced (issue 54 item 8) -----------------------------------------
+def _env_without_pooler() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("SKIPLOCK_POOLER", None)
+    return env
+
+
+def test_cli_worker_finds_the_transaction_pooler_by_itself(bouncers: dict[str, Bouncer], direct: str) -> None:
+    """2,000 tasks through PgBouncer in transaction mode, no --pooler: the first statement psycopg
+    prepared goes missing on another server connection (26000, or 42P05); the worker says so once,
+    goes on unprepared and polling, and every task is done once (the issue saw 21 of 300)."""
+    stage = "cli_unannounced"
+    url = pooled_url(bouncers, "transaction", direct)
+    configure(direct, stage)
+    with psycopg.connect(direct, autocommit=True) as conn:
+        conn.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[2000]), %s)", (stage,))
+    proc = subprocess.run([*SKIPLOCK, "worker", "--db", url, "--stage", stage, "-c", "4", "--until-empty",
+                           "--quiet", "--", "true"],
+                          capture_output=True, text=True, timeout=900, env=_env_without_pooler())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("a pooler in transaction mode?") == 1, proc.stderr[-3000:]
+    rows = history(direct, stage)
+    assert len(rows) == 2000 and {r[1:] for r in rows} == {("done", 1)}
+
+
+@pytest.mark.parametrize("lang", ["python", "node"])
+def test_client_finds_the_transaction_pooler_by_itself(lang: str, bouncers: dict[str, Bouncer], direct: str,
+                                                       request: pytest.FixtureRequest) -> None:
+    """The same for the Python and Node clients (300 tasks, two workers): no task lost or done twice."""
+    if lang == "node":
+        request.getfixturevalue("node_ready")
+    stage = f"client_unannounced_{lang}"
+    url = pooled_url(bouncers, "transaction", direct)
+    configure(direct, stage)
+    with psycopg.connect(direct, autocommit=True) as conn:
+        conn.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[300]), %s)", (stage,))
+    settings = {"BATCH": 3, "LEASE": 30, "IDLE_WAIT": 0.5, "MAINTAIN_EVERY": 0}
+    env_pooler = os.environ.pop("SKIPLOCK_POOLER", None)
+    try:
+        workers = [ClientWorker(lang, url, stage, **settings) for _ in range(2)]
+    finally:
+        if env_pooler is not None:
+            os.environ["SKIPLOCK_POOLER"] = env_pooler
+    try:
+        with psycopg.connect(direct, autocommit=True) as conn:
+            wait_until("the stage to drain", lambda: conn.execute(
+                "SELECT count(*) FROM queue.history WHERE stage = %s", (stage,)).fetchone()[0] == 300, 300, workers[0])
+    finally:
+        codes = [w.stop() for w in workers]
+    logs = "\n".join(w.log() for w in workers)
+    assert codes == [0, 0], logs
+    rows = history(direct, stage)
+    assert len(rows) == 300 and {r[1:] for r in rows} == {("done", 1)}, logs
+    assert "Traceback" not in logs, logs

@@ -16,7 +16,7 @@ SELECT set_eq(
         'queue.cancel_overdue_sql_tasks()',
         'queue.compact()',
         'queue.configure_history(interval,integer,interval,text,interval)',
-        'queue.configure_stage(text,interval,integer,text,interval,interval,real,boolean,integer,integer,boolean,integer,interval,integer,boolean,integer)',
+        'queue.configure_stage(text,interval,integer,text,interval,interval,real,boolean,integer,integer,boolean,integer,interval,integer,boolean,integer,interval)',
         'queue.consume(text,integer)',
         'queue.consume(text[],integer)',
         'queue.distribute()',
@@ -47,6 +47,7 @@ SELECT set_eq(
         'queue.take_locked(text[],integer)',
         'queue.take_next(text,integer,interval,text)',
         'queue.take_next(text[],integer,interval,text)',
+        'queue.task_timeout(text)',
         'queue.unschedule(text)'
     ],
     'the public functions of schema queue are exactly the documented API, with these signatures'
@@ -235,8 +236,9 @@ SELECT set_eq(
           'queue.finish_locked(bigint,text,text,jsonb)',
           'queue.fail_locked(bigint,text,boolean,interval,text,text)',
           'queue.consume(text,integer)',
-          'queue.consume(text[],integer)'],
-    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail, release, finish_and_take, take_locked, finish_locked, fail_locked and consume and nothing else'
+          'queue.consume(text[],integer)',
+          'queue.task_timeout(text)'],
+    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail, release, finish_and_take, take_locked, finish_locked, fail_locked, consume and task_timeout and nothing else'
 );
 
 SELECT is_empty(

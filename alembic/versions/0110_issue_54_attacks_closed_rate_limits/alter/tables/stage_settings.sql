@@ -17,3 +17,8 @@ COMMENT ON COLUMN queue.stage_settings.rate_window IS 'The window of rate_limit 
 COMMENT ON COLUMN queue.stage_settings.rate_burst IS 'At most this many of a window''s rate_limit tasks in each part of rate_window * rate_burst / rate_limit, spreading them over the window. NULL: rate_limit (the whole window''s share at once).';
 COMMENT ON COLUMN queue.stage_settings.rate_per_group IS 'Whether rate_limit applies to each group_key on its own (tasks without a group_key are not limited) rather than to the whole stage.';
 COMMENT ON COLUMN queue.stage_settings.weight IS 'A multi-stage take (take_next(stages[]), take_locked, consume) serves this many tasks of the stage in its turn of the round robin (1 to 1000).';
+-- And task_timeout: a worker's time limit for one attempt (NULL: none).
+ALTER TABLE queue.stage_settings
+    ADD COLUMN task_timeout interval
+        CONSTRAINT stage_settings_task_timeout_positive CHECK (task_timeout > interval '0');
+COMMENT ON COLUMN queue.stage_settings.task_timeout IS 'How long a worker lets one attempt run before it kills it and fails the attempt (skiplock worker, the reference clients; read with queue.task_timeout). NULL: no limit.';

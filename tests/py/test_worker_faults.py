@@ -1,0 +1,344 @@
+"""The CLI worker's life under faults (issues 54 items 9-10, 50 item 5): a slot never dies
+silently. Errors that pass by waiting (a statement or lock timeout, a full disk, too many
+connections) are retried with backoff, a finish while its lease holds; a hung command meets
+--timeout; a stop that reaches the commands too hands their tasks back; the workers maintain the
+queue themselves, so the task of a worker killed with -9 comes back with no other process running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Iterator
+
+import psycopg
+import psycopg.conninfo
+import pytest
+
+import skiplock.testrun
+from skiplock.sqlfiles import ROOT
+
+ENV = dict(os.environ, COLUMNS="200")
+ENV.pop("DATABASE_URL", None)
+ENV.pop("SKIPLOCK_POOLER", None)
+
+
+@pytest.fixture(scope="module")
+def url(admin_url: str, template_db: str) -> Iterator[str]:
+    u = skiplock.testrun.create_database(admin_url, "test_worker_faults", template=template_db)
+    try:
+        yield u
+    finally:
+        skiplock.testrun.drop_database(admin_url, u)
+
+
+@pytest.fixture
+def conn(url: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(url, autocommit=True) as c:
+        yield c
+
+
+def login(conn: psycopg.Connection, url: str, name: str, *settings: str, limit: int = -1) -> str:
+    """A login that is a skiplock_worker, with these role settings; its URL."""
+    conn.execute(f"DROP ROLE IF EXISTS {name}")
+    conn.execute(f"CREATE ROLE {name} LOGIN CONNECTION LIMIT {limit} IN ROLE skiplock_worker")
+    for s in settings:
+        conn.execute(f"ALTER ROLE {name} SET {s}")
+    return psycopg.conninfo.make_conninfo(url, user=name)
+
+
+def worker(url: str, stage: str, *args: str, stderr: int | IO = subprocess.PIPE) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "skiplock", "--db", url, "worker", "--stage", stage, *args],
+                            stderr=stderr, text=True, env=ENV, cwd=ROOT, start_new_session=True)
+
+
+def enqueue(conn: psycopg.Connection, stage: str, n: int, payload: dict | None = None) -> None:
+    conn.execute("SELECT queue.enqueue_batch(array_fill(%s::jsonb, ARRAY[%s]), %s)",
+                 (json.dumps(payload or {}), n, stage))
+
+
+def counts(conn: psycopg.Connection, stage: str) -> dict[str, int]:
+    return dict(conn.execute("SELECT status::text, count(*) FROM queue.tasks WHERE stage = %s GROUP BY 1",
+                             (stage,)).fetchall())
+
+
+def wait_for(predicate, timeout: float = 120.0, every: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        time.sleep(every)
+
+
+def stop(proc: subprocess.Popen) -> str:
+    """SIGTERM, then its stderr; it must exit 0."""
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, err
+    return err
+
+
+def all_done_once(conn: psycopg.Connection, stage: str, n: int) -> None:
+    assert counts(conn, stage) == {"done": n}
+    # Each finished once, on its first attempt: no lease ran out, nothing ran twice.
+    assert conn.execute("SELECT max(attempt) FROM queue.tasks WHERE stage = %s", (stage,)).fetchone()[0] == 1
+
+
+def test_a_share_lock_past_the_statement_timeout_stops_no_slot(url: str, conn: psycopg.Connection) -> None:
+    """A DBA holds SHARE on queue.live_tasks for 5 s while the worker's login has
+    statement_timeout = 1s: takes and finishes time out (57014), are retried, and every slot goes on."""
+    w_url = login(conn, url, "wf_timeout", "statement_timeout = '1s'")
+    enqueue(conn, "wf.share", 400)
+    proc = worker(w_url, "wf.share", "-c", "4", "-q", "--", "sh", "-c", "sleep 0.02")
+    try:
+        wait_for(lambda: counts(conn, "wf.share").get("done", 0) >= 20)
+        with conn.transaction():
+            conn.execute("LOCK TABLE queue.live_tasks IN SHARE MODE")
+            time.sleep(5)
+        locked = conn.execute("SELECT now()").fetchone()[0]
+        wait_for(lambda: counts(conn, "wf.share") == {"done": 400})
+        # No slot died: all four finished tasks after the lock.
+        slots_after = conn.execute("SELECT count(DISTINCT worker) FROM queue.tasks WHERE stage = 'wf.share' "
+                                   "AND finished > %s", (locked,)).fetchone()[0]
+        assert slots_after == 4
+        assert proc.poll() is None
+    finally:
+        err = stop(proc) if proc.poll() is None else proc.communicate()[1]
+    assert "canceling statement due to statement timeout" in err and "retrying" in err, err
+    all_done_once(conn, "wf.share", 400)
+
+
+def test_a_lock_timeout_against_compact_is_retried(url: str, conn: psycopg.Connection) -> None:
+    """lock_timeout = 10ms for the worker while an admin runs compact() over and over: 55P03 on a
+    take or a finish is retried; the worker drains the stage and exits 0."""
+    w_url = login(conn, url, "wf_lock", "lock_timeout = '10ms'")
+    enqueue(conn, "wf.compact", 1500)
+    halt = threading.Event()
+    compactions = 0
+
+    def compact() -> None:
+        nonlocal compactions
+        with psycopg.connect(url, autocommit=True) as c:
+            while not halt.wait(0.3):
+                with c.transaction():
+                    c.execute("LOCK TABLE queue.live_tasks IN ACCESS EXCLUSIVE MODE")
+                    c.execute("SELECT queue.compact()")
+                    time.sleep(0.2)
+                compactions += 1
+
+    t = threading.Thread(target=compact, daemon=True)
+    t.start()
+    try:
+        proc = worker(w_url, "wf.compact", "-c", "4", "-q", "--until-empty", "--", "true")
+        _, err = proc.communicate(timeout=600)
+    finally:
+        halt.set()
+        t.join(timeout=60)
+    assert proc.returncode == 0, err
+    assert compactions >= 2
+    assert "lock timeout" in err, err
+    all_done_once(conn, "wf.compact", 1500)
+
+
+def test_a_disk_full_on_finish_is_retried_while_the_lease_holds(url: str, conn: psycopg.Connection) -> None:
+    """53100 (disk full) on every finish for 4 s, then space again. A real full disk needs a mount
+    of its own (root): a trigger raises the server's own SQLSTATE 53100 on the history insert that
+    a finish makes, which is what the worker sees of a full disk."""
+    conn.execute("CREATE TABLE IF NOT EXISTS public.wf_disk (is_full boolean)")
+    conn.execute("TRUNCATE public.wf_disk; INSERT INTO public.wf_disk VALUES (false)")
+    conn.execute("GRANT SELECT ON public.wf_disk TO skiplock_owner")  # the trigger runs as finish's owner
+    conn.execute("""
+        CREATE OR REPLACE FUNCTION public.wf_disk_full() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF (SELECT d.is_full FROM public.wf_disk d) AND NEW.stage = 'wf.disk' THEN
+                RAISE EXCEPTION 'could not extend file: No space left on device' USING ERRCODE = '53100';
+            END IF;
+            RETURN NEW;
+        END $$""")
+    conn.execute("DROP TRIGGER IF EXISTS wf_disk_full ON queue.history")
+    conn.execute("CREATE TRIGGER wf_disk_full BEFORE INSERT ON queue.history FOR EACH ROW "
+                 "EXECUTE FUNCTION public.wf_disk_full()")
+    try:
+        enqueue(conn, "wf.disk", 300)
+        proc = worker(url, "wf.disk", "-c", "4", "-q", "--", "true")
+        try:
+            wait_for(lambda: counts(conn, "wf.disk").get("done", 0) >= 20)
+            conn.execute("UPDATE public.wf_disk SET is_full = true")
+            time.sleep(4)
+            conn.execute("UPDATE public.wf_disk SET is_full = false")
+            wait_for(lambda: counts(conn, "wf.disk") == {"done": 300})
+        finally:
+            err = stop(proc) if proc.poll() is None else proc.communicate()[1]
+    finally:
+        conn.execute("DROP TRIGGER IF EXISTS wf_disk_full ON queue.history")
+    assert "No space left on device" in err and "retrying" in err, err
+    all_done_once(conn, "wf.disk", 300)
+
+
+def test_too_many_connections_are_waited_out_and_the_reason_is_logged(url: str, conn: psycopg.Connection) -> None:
+    """A login limited to one connection: the second slot cannot connect (53300); it says the
+    server's reason and retries; once the limit is lifted both slots work."""
+    w_url = login(conn, url, "wf_limit", limit=1)
+    enqueue(conn, "wf.limit", 50)
+    proc = worker(w_url, "wf.limit", "-c", "2", "-q", "--no-maintain", "--", "true")
+    try:
+        wait_for(lambda: counts(conn, "wf.limit") == {"done": 50})
+        time.sleep(1)
+        conn.execute("ALTER ROLE wf_limit CONNECTION LIMIT -1")
+        enqueue(conn, "wf.limit", 2, {"sleep": 1})
+        wait_for(lambda: counts(conn, "wf.limit").get("done", 0) == 52)
+    finally:
+        err = stop(proc) if proc.poll() is None else proc.communicate()[1]
+    assert "cannot connect (" in err and "too many connections for role" in err, err
+    assert "(OperationalError)" not in err
+
+
+def test_a_login_that_cannot_pass_ends_the_worker_in_one_line(url: str, conn: psycopg.Connection) -> None:
+    """A revoked grant does not pass by waiting: the worker says why, once, and exits 1."""
+    w_url = login(conn, url, "wf_revoked")
+    enqueue(conn, "wf.revoked", 3)
+    conn.execute("REVOKE skiplock_worker FROM wf_revoked")
+    proc = worker(w_url, "wf.revoked", "-c", "2", "--", "true")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert "permission denied" in err and "SQLSTATE 42501" in err, err
+    assert counts(conn, "wf.revoked") == {"ready": 3}
+
+
+def test_timeout_kills_a_hung_command_and_fails_its_attempt(url: str, conn: psycopg.Connection) -> None:
+    conn.execute("SELECT queue.configure_stage('wf.hung', max_attempts => 2, backoff_base => '0')")
+    enqueue(conn, "wf.hung", 1)
+    proc = worker(url, "wf.hung", "--timeout", "1", "--no-maintain", "--", "sleep", "infinity")
+    try:
+        wait_for(lambda: counts(conn, "wf.hung") == {"fatal": 1})
+    finally:
+        err = stop(proc) if proc.poll() is None else proc.communicate()[1]
+    (attempt, error), = conn.execute("SELECT attempt, error_text FROM queue.tasks WHERE stage = 'wf.hung'").fetchall()
+    assert attempt == 2 and error.startswith("timed out after 1 s: killed by SIGTERM"), (error, err)
+
+
+def test_the_stages_task_timeout_kills_a_hung_command(url: str, conn: psycopg.Connection) -> None:
+    """configure_stage(task_timeout => …) without --timeout: the worker reads it and enforces it."""
+    conn.execute("SELECT queue.configure_stage('wf.stagelimit', max_attempts => 1, task_timeout => '1 second')")
+    enqueue(conn, "wf.stagelimit", 1)
+    proc = worker(url, "wf.stagelimit", "--no-maintain", "--", "sleep", "infinity")
+    try:
+        wait_for(lambda: counts(conn, "wf.stagelimit") == {"fatal": 1})
+    finally:
+        err = stop(proc) if proc.poll() is None else proc.communicate()[1]
+    error = conn.execute("SELECT error_text FROM queue.tasks WHERE stage = 'wf.stagelimit'").fetchone()[0]
+    assert error.startswith("timed out after 1 s: killed by SIGTERM"), (error, err)
+    assert "task timeout of wf.stagelimit: 1 s (the stage's task_timeout)" in err, err
+
+
+def test_sigterm_to_the_whole_group_hands_the_tasks_back(url: str, conn: psycopg.Connection, tmp_path: Path) -> None:
+    """systemd's KillMode=control-group: SIGTERM reaches the worker and its commands at once.
+    The tasks go back (release, attempt not counted) as on a stop of the worker; not failed."""
+    conn.execute("SELECT queue.configure_stage('wf.group', max_attempts => 1)")
+    enqueue(conn, "wf.group", 2)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    proc = worker(url, "wf.group", "-c", "2", "--no-maintain", "--",
+                  "sh", "-c", f'echo > "{pids}/$$"; exec sleep 60')
+    try:
+        wait_for(lambda: len(list(pids.iterdir())) == 2)
+        commands = [int(p.name) for p in pids.iterdir()]
+        for pid in [proc.pid, *commands]:
+            os.kill(pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    result = conn.execute("SELECT status::text, attempt, error_text FROM queue.tasks WHERE stage = 'wf.group'").fetchall()
+    assert result == [("ready", 0, None)] * 2, err
+    assert "2 interrupted" in err, err
+
+
+def test_a_second_sigint_does_not_claim_the_grace_ran_out(url: str, conn: psycopg.Connection) -> None:
+    enqueue(conn, "wf.twice", 1)
+    proc = worker(url, "wf.twice", "--no-maintain", "--", "sleep", "60")
+    try:
+        wait_for(lambda: counts(conn, "wf.twice") == {"running": 1})
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert "after the grace of 30 s" not in err, err
+    assert "killed on a second SIGINT" in err, err
+    assert counts(conn, "wf.twice") == {"ready": 1}
+
+
+def test_a_long_line_of_stderr_does_not_take_the_workers_memory(url: str, conn: psycopg.Connection,
+                                                                tmp_path: Path) -> None:
+    """200 MB of stderr on one line: the worker reads it in pieces and keeps a bounded tail."""
+    enqueue(conn, "wf.stderr", 1)
+    log = tmp_path / "stderr"
+    with open(log, "w") as f:
+        proc = worker(url, "wf.stderr", "--no-maintain", "--", "sh", "-c",
+                      "head -c 200000000 /dev/zero | tr '\\0' x >&2; echo >&2 the end; exit 3", stderr=f)
+        try:
+            wait_for(lambda: counts(conn, "wf.stderr") == {"error": 1}, timeout=300)
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            peak_kb = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM")))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=90)
+    log.unlink()
+    assert peak_kb < 150_000, peak_kb   # the worker alone is ~40 MB; the line is 200 MB
+    error = conn.execute("SELECT error_text FROM queue.tasks WHERE stage = 'wf.stderr'").fetchone()[0]
+    assert error.startswith("exit status 3") and error.rstrip().endswith("the end"), error[-100:]
+
+
+def test_a_worker_killed_with_kill_9_has_its_task_back_elsewhere(url: str, conn: psycopg.Connection) -> None:
+    """No `skiplock maintain` runs: the other worker's own maintenance reaps the expired lease."""
+    lease, every = 4.0, 1.0
+    conn.execute("SELECT queue.configure_stage('wf.kill9', backoff_base => '0')")  # due again once reaped
+    enqueue(conn, "wf.kill9", 1)
+    a = worker(url, "wf.kill9", "--name", "a", "--lease", str(lease), "--maintain-every", str(every), "--",
+               "sleep", "600")
+    b = None
+    try:
+        wait_for(lambda: counts(conn, "wf.kill9") == {"running": 1})
+        b = worker(url, "wf.kill9", "--name", "b", "--lease", str(lease), "--maintain-every", str(every), "--",
+                   "sleep", "600")
+        time.sleep(1)
+        os.kill(a.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        a.wait(timeout=30)
+        wait_for(lambda: conn.execute("SELECT worker FROM queue.tasks WHERE stage = 'wf.kill9' AND status = 'running'")
+                 .fetchone() == ("b",), timeout=120)
+        took = time.monotonic() - killed
+    finally:
+        a.kill()
+        if b is not None:
+            b.kill()
+            b.wait()
+    # Back within its lease and a round of maintenance (bounded generously for a loaded machine).
+    assert took < lease + every + 20, took
+    assert conn.execute("SELECT attempt FROM queue.tasks WHERE stage = 'wf.kill9'").fetchone()[0] == 2
+
+
+def test_until_empty_recovers_expired_leases_first(url: str, conn: psycopg.Connection) -> None:
+    conn.execute("SELECT queue.configure_stage('wf.expired', backoff_base => '0')")  # due again at once
+    enqueue(conn, "wf.expired", 1)
+    a = worker(url, "wf.expired", "--lease", "1", "--no-maintain", "--", "sleep", "600")
+    try:
+        wait_for(lambda: counts(conn, "wf.expired") == {"running": 1})
+        os.kill(a.pid, signal.SIGKILL)
+        a.wait(timeout=30)
+    finally:
+        a.kill()
+    wait_for(lambda: conn.execute("SELECT lease_expires < now() FROM queue.live_tasks "
+                                  "WHERE stage = 'wf.expired'").fetchone()[0] is True)
+    proc = worker(url, "wf.expired", "--until-empty", "--", "true")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert counts(conn, "wf.expired") == {"done": 1}, err

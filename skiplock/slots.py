@@ -204,17 +204,11 @@ def stop_signals(shared: Shared, grace: float, stopping: Callable[[str], str], a
             signal.signal(s, handler)
 
 
-MAINTAIN_LOCK = "SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended('skiplock.worker_maintain', 0))"
-
-
-def maintain_once(conn: psycopg.Connection) -> list[tuple] | None:
-    """queue.maintain() in a transaction of its own, if no other worker runs it right now (an
-    advisory lock elects one); its rows, or None when another worker held the lock."""
+def maintain_once(conn: psycopg.Connection) -> list[tuple]:
+    """queue.maintain_now() in a transaction of its own: maintain() as of now, unless another
+    worker runs it right now (an advisory lock in the function elects one: then no row)."""
     with conn.transaction():
-        row = conn.execute(MAINTAIN_LOCK, prepare=False).fetchone()
-        if not (row and row[0]):
-            return None
-        return conn.execute("SELECT task, count, detail FROM queue.maintain()", prepare=False).fetchall()
+        return conn.execute("SELECT task, count, detail FROM queue.maintain_now()", prepare=False).fetchall()
 
 
 class Maintainer(threading.Thread):
@@ -242,8 +236,8 @@ class Maintainer(threading.Thread):
                 except psycopg.Error as e:
                     if e.sqlstate == "42501":
                         sh.log(f"maintain: {primary_message(e)}: this worker leaves maintenance to "
-                               "`skiplock maintain` or pg_cron (only skiplock_admin may run queue.maintain(); "
-                               "--no-maintain says so without this line)")
+                               "`skiplock maintain` or pg_cron (queue.maintain_now() is granted to skiplock_worker "
+                               "and skiplock_admin; --no-maintain says so without this line)")
                         return
                     if e.sqlstate in ("3F000", "42P01", "42883"):
                         return

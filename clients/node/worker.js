@@ -62,7 +62,6 @@ function transient(err) {
     || ['55P03', '57014', '40001', '40P01', '57P01', '57P02', '57P03', '26000', '42P05'].includes(err.code);
 }
 
-const MAINTAIN_LOCK = "SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended('skiplock.worker_maintain', 0)) AS got";
 
 // Did err come from a lost connection (terminated backend, server restart, network)? An error
 // the server sent on a live connection is a DatabaseError with its SQLSTATE.
@@ -220,11 +219,11 @@ class Worker {
     try {
       await client.connect();
       await client.query('BEGIN');
-      if ((await client.query(MAINTAIN_LOCK)).rows[0].got) await client.query('SELECT * FROM queue.maintain()');
+      await client.query('SELECT * FROM queue.maintain_now()');  // no row when another worker runs it now
       await client.query('COMMIT');
     } catch (err) {
       if (err.code === '42501') {
-        console.error(`maintain: ${err.message}: this login does not maintain the queue (only skiplock_admin may run it: run \`skiplock maintain\`, or set MAINTAIN_EVERY=0)`);
+        console.error(`maintain: ${err.message}: this login does not maintain the queue (queue.maintain_now() is granted to skiplock_worker: run \`skiplock maintain\`, or set MAINTAIN_EVERY=0)`);
         this.maintainEvery = 0;
       } else {
         console.error(`maintain: ${err.message}; trying again in ${this.maintainEvery} s`);

@@ -286,9 +286,6 @@ class Heartbeat(threading.Thread):
             self.expires.pop(task_id, None)
 
 
-MAINTAIN_LOCK = "SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended('skiplock.worker_maintain', 0))"
-
-
 class Maintainer(threading.Thread):
     """queue.maintain() every MAINTAIN_EVERY seconds, in a transaction of its own, by one worker
     at a time (an advisory lock elects it): expired leases come back with no `skiplock maintain`."""
@@ -304,13 +301,12 @@ class Maintainer(threading.Thread):
                 try:
                     if conn is None or conn.closed or conn.broken:
                         conn = psycopg.connect(URL, autocommit=True, prepare_threshold=None, connect_timeout=5)
-                    with conn.transaction():
-                        if conn.execute(MAINTAIN_LOCK).fetchone()[0]:
-                            conn.execute("SELECT * FROM queue.maintain()")
+                    with conn.transaction():  # no row when another worker runs it now
+                        conn.execute("SELECT * FROM queue.maintain_now()")
                 except psycopg.Error as e:
                     if e.sqlstate == "42501":
                         log(f"maintain: {e.diag.message_primary}: this login does not maintain the queue "
-                            "(only skiplock_admin may run it: run `skiplock maintain`, or set MAINTAIN_EVERY=0)")
+                            "(queue.maintain_now() is granted to skiplock_worker: run `skiplock maintain`, or set MAINTAIN_EVERY=0)")
                         return
                     log(f"maintain: {' '.join(str(e).split())}; trying again in {MAINTAIN_EVERY:g} s")
         finally:

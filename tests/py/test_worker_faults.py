@@ -342,3 +342,24 @@ def test_until_empty_recovers_expired_leases_first(url: str, conn: psycopg.Conne
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert counts(conn, "wf.expired") == {"done": 1}, err
+
+
+def test_maintain_now_runs_in_one_session_at_a_time_and_a_worker_login_may_call_it(url: str, conn: psycopg.Connection) -> None:
+    """queue.maintain_now(), what workers call to maintain the queue themselves: a skiplock_worker
+    login may call it; while another session holds the workers' lock it returns no row at once,
+    and once that session ends it runs maintain() (a row per step)."""
+    conn.execute("DROP ROLE IF EXISTS wf_maintainer")
+    conn.execute("CREATE ROLE wf_maintainer LOGIN IN ROLE skiplock_worker")
+    worker_url = psycopg.conninfo.make_conninfo(url, user="wf_maintainer")
+    try:
+        with psycopg.connect(url) as holder, psycopg.connect(worker_url, autocommit=True) as worker:
+            assert holder.execute("SELECT pg_catalog.pg_try_advisory_xact_lock("
+                                  "pg_catalog.hashtextextended('skiplock.worker_maintain', 0))").fetchone()[0]
+            assert worker.execute("SELECT * FROM queue.maintain_now()").fetchall() == []
+            holder.rollback()
+            steps = [r[0] for r in worker.execute("SELECT task FROM queue.maintain_now()").fetchall()]
+            assert "reap_hung" in steps, steps
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                worker.execute("SELECT * FROM queue.maintain(now() + interval '1 day')")
+    finally:
+        conn.execute("DROP ROLE wf_maintainer")

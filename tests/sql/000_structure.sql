@@ -237,8 +237,9 @@ SELECT set_eq(
           'queue.fail_locked(bigint,text,boolean,interval,text,text)',
           'queue.consume(text,integer)',
           'queue.consume(text[],integer)',
-          'queue.task_timeout(text)'],
-    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail, release, finish_and_take, take_locked, finish_locked, fail_locked, consume and task_timeout and nothing else'
+          'queue.task_timeout(text)',
+          'queue.maintain_now()'],
+    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail, release, finish_and_take, take_locked, finish_locked, fail_locked, consume, task_timeout and maintain_now and nothing else'
 );
 
 SELECT is_empty(

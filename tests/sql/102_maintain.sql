@@ -2,7 +2,7 @@
 -- not again before), writes nothing when nothing is due, returns a row per task.
 -- Many sessions at once (one rotates, the others go on) is in tests/py/test_rotation_under_load.py.
 BEGIN;
-SELECT plan(24);
+SELECT plan(25);
 
 -- A known start: no dated partition, never rotated.
 DO $$
@@ -82,6 +82,8 @@ SELECT throws_ok($$SELECT * FROM queue.maintain(NULL)$$, '22004', 'now must not 
 SET LOCAL ROLE skiplock_worker;
 SELECT throws_ok($$SELECT * FROM queue.maintain()$$, '42501', 'permission denied for function maintain',
                  'skiplock_worker may not run maintain (42501)');
+SELECT ok((SELECT pg_catalog.count(*) > 0 FROM queue.maintain_now()),
+          'skiplock_worker may run maintain_now, which runs maintain as of now (its rows)');
 RESET ROLE;
 SET LOCAL ROLE skiplock_admin;
 SELECT lives_ok($$SELECT * FROM queue.maintain()$$, 'skiplock_admin may run maintain');

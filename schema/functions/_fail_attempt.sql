@@ -28,6 +28,9 @@ BEGIN
         INSERT INTO queue.history
         SELECT (queue._history_row(task, 'fatal', _fail_attempt.attempt, _fail_attempt.worker, v_error,
                                    _fail_attempt.started, _fail_attempt.now)).*;
+        IF task.waited_for THEN
+            PERFORM queue._end_waits(task.id, 'fatal');
+        END IF;
         RETURN;
     END IF;
     v_next := _fail_attempt.now + coalesce(_fail_attempt.retry_in, queue._retry_delay(v_settings, _fail_attempt.attempt));

@@ -31,7 +31,7 @@ BEGIN
     PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
     -- The tables: the hot table's group first, the small ones copied to every node.
     FOREACH v_table IN ARRAY ARRAY['live_tasks', 'history', 'stage_waiters', 'stage_settings', 'stage_access',
-                                   'history_policy', 'schedules', 'fence_key']
+                                   'history_policy', 'schedules', 'fence_key', 'dependencies']
     LOOP
         EXECUTE pg_catalog.format('SELECT EXISTS (SELECT FROM pg_catalog.%I p WHERE p.logicalrelid = $1)', 'pg_dist_partition')
            INTO v_done USING pg_catalog.format('queue.%I', v_table)::regclass;
@@ -76,7 +76,7 @@ BEGIN
     FOR v_call IN
         SELECT f.fn::regprocedure AS fn, f.force,
                pg_catalog.array_position(p.proargnames, 'stage') - 1 AS arg
-          FROM (VALUES ('queue.enqueue(jsonb,text,integer,timestamptz,text,text,interval,boolean,text)', false),
+          FROM (VALUES ('queue.enqueue(jsonb,text,integer,timestamptz,text,text,interval,boolean,text,bigint[],text)', false),
                        ('queue.enqueue_batch(jsonb[],text,integer,timestamptz,text)', false),
                        ('queue.take_next(text,integer,interval,text)', true),
                        ('queue.take_locked(text,integer)', true),

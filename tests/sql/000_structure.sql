@@ -19,7 +19,7 @@ SELECT set_eq(
         'queue.configure_stage(text,interval,integer,text,interval,interval,real,boolean,integer,integer,boolean)',
         'queue.consume(text,integer)',
         'queue.distribute()',
-        'queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text,interval,boolean,text)',
+        'queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text,interval,boolean,text,bigint[],text)',
         'queue.enqueue_batch(jsonb[],text,integer,timestamp with time zone,text)',
         'queue.enqueue_sql(text,text,timestamp with time zone,interval,integer,text,text,interval,boolean,integer,boolean)',
         'queue.fail(bigint,uuid,text,boolean,interval,text)',
@@ -208,7 +208,7 @@ SELECT set_eq(
         FROM pg_catalog.pg_proc p
        WHERE p.pronamespace = 'queue'::regnamespace AND p.proname !~ '^_'
          AND pg_catalog.has_function_privilege('skiplock_producer', p.oid, 'EXECUTE')$$,
-    ARRAY['queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text,interval,boolean,text)',
+    ARRAY['queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text,interval,boolean,text,bigint[],text)',
           'queue.enqueue_batch(jsonb[],text,integer,timestamp with time zone,text)'],
     'skiplock_producer may execute enqueue and enqueue_batch and nothing else'
 );

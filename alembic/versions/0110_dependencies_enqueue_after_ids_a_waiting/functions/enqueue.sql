@@ -1,0 +1,185 @@
+-- enqueue(payload, stage, priority, run_at, key, mode, repeat, drift, group_key): add a task and
+-- return its id. key is optional, unique among the live tasks of the stage; when it names one, mode
+-- 'ignore' (default) returns that id unchanged, and mode 'rerun' gives a waiting task the new
+-- payload, priority, run_at, repeat and drift from attempt 0, or queues a running one again with
+-- them when its attempt ends (stage and group_key stay). repeat (at least 1 second, no negative
+-- part) makes the task periodic: each finish records the run and re-arms it; cancel() ends it.
+-- drift (default true) plans the next run from this run's slot, skipping missed ones; false, from
+-- the run's end. group_key (1 to 200 characters) counts it against the stage's group_limit.
+-- after (ids) makes it wait, as 'waiting', until those tasks have ended; after_failed says what a
+-- fatal or cancelled one does to it: 'cancel' (default) it, or 'run' it anyway (_enqueue_after).
+-- A waiting task re-run by key gets the new values and goes on waiting.
+-- Raises 22004/22023/54000 for bad arguments, 42501 for a restricted stage (grant_stage) the caller
+-- may not enqueue into, or for mode 'rerun' on an SQL task's key. Writes queue.live_tasks; NOTIFY
+-- skiplock.<stage> while a worker waits (stage_waiters), unless the stage turned it off.
+-- The nine-argument enqueue is dropped first, so that its calls resolve to this one.
+-- squawk-ignore ban-drop-function
+DROP FUNCTION IF EXISTS queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text);
+CREATE OR REPLACE FUNCTION queue.enqueue(
+        payload   jsonb,
+        stage     text        DEFAULT 'default',
+        priority  integer     DEFAULT 0,
+        run_at    timestamptz DEFAULT NULL,
+        key       text        DEFAULT NULL,
+        mode      text        DEFAULT 'ignore',
+        repeat    interval    DEFAULT NULL,
+        drift     boolean     DEFAULT true,
+        group_key text        DEFAULT NULL,
+        after     bigint[]    DEFAULT NULL,
+        after_failed text     DEFAULT 'cancel')
+    RETURNS bigint
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_id       bigint;
+    v_held       text;
+    v_now    timestamptz := pg_catalog.now();
+    v_run_at timestamptz := coalesce(enqueue.run_at, v_now);
+    -- A periodic task's first slot is its first run.
+    v_slot   timestamptz := CASE WHEN enqueue.repeat IS NOT NULL THEN v_run_at END;
+BEGIN
+    -- One test of every argument (of key, repeat and group_key: that one is given), then, only when
+    -- one fails, the tests that say which: each function in a PL/pgSQL expression is set up again in
+    -- every transaction, and a test not reached costs nothing. The checkers pin search_path.
+    IF enqueue.stage IS NULL OR enqueue.stage IN ('', '*') OR pg_catalog.octet_length(enqueue.stage) > 54
+       OR enqueue.payload IS NULL OR pg_catalog.jsonb_typeof(enqueue.payload) NOT IN ('object', 'array')
+       OR pg_catalog.pg_column_size(enqueue.payload) > 1048576
+       OR enqueue.priority IS NULL OR enqueue.mode IS NULL OR enqueue.mode NOT IN ('ignore', 'rerun')
+       OR enqueue.drift IS NULL OR enqueue.key IS NOT NULL OR enqueue.repeat IS NOT NULL
+       OR enqueue.group_key IS NOT NULL THEN
+        IF enqueue.stage IS NULL OR enqueue.stage IN ('', '*') OR pg_catalog.octet_length(enqueue.stage) > 54 THEN
+            PERFORM queue._check_stage(enqueue.stage);
+        END IF;
+        IF enqueue.payload IS NULL OR pg_catalog.jsonb_typeof(enqueue.payload) NOT IN ('object', 'array')
+           OR pg_catalog.pg_column_size(enqueue.payload) > 1048576 THEN
+            PERFORM queue._check_payload(enqueue.payload);
+        END IF;
+        IF enqueue.priority IS NULL THEN
+            RAISE EXCEPTION 'priority must not be NULL'
+                USING ERRCODE = '22004', DETAIL = 'enqueue was called with priority NULL.',
+                      HINT = 'Lower runs first; the default is 0.';
+        END IF;
+        IF enqueue.mode IS NULL OR enqueue.mode NOT IN ('ignore', 'rerun') THEN
+            RAISE EXCEPTION 'unknown enqueue mode'
+                USING ERRCODE = '22023',
+                      DETAIL = pg_catalog.format('mode is %s.',
+                                                 CASE WHEN enqueue.mode IS NULL THEN 'NULL'
+                                                      WHEN pg_catalog.length(enqueue.mode) <= 80 THEN pg_catalog.quote_literal(enqueue.mode)
+                                                      ELSE pg_catalog.format('%s... (%s characters)', pg_catalog.quote_literal(pg_catalog.left(enqueue.mode, 80)),
+                                                                             pg_catalog.length(enqueue.mode)) END),
+                      HINT = 'Use ''ignore'' (keep the existing task) or ''rerun'' (run it again with the new payload).';
+        END IF;
+        IF enqueue.key = '' OR pg_catalog.length(enqueue.key) > 1000 THEN
+            RAISE EXCEPTION 'invalid key'
+                USING ERRCODE = '22023',
+                      DETAIL = pg_catalog.format('The key has %s characters.', pg_catalog.length(enqueue.key)),
+                      HINT = 'A key is 1 to 1000 characters, or NULL for none.';
+        END IF;
+        IF enqueue.repeat IS NOT NULL
+           AND (enqueue.repeat < interval '1 second'
+                OR pg_catalog.date_part('year', enqueue.repeat) < 0 OR pg_catalog.date_part('month', enqueue.repeat) < 0
+                OR pg_catalog.date_part('day', enqueue.repeat) < 0
+                OR enqueue.repeat - pg_catalog.date_trunc('day', enqueue.repeat) < interval '0') THEN
+            RAISE EXCEPTION 'invalid repeat'
+                USING ERRCODE = '22023',
+                      DETAIL = pg_catalog.format('repeat is %s.', enqueue.repeat),
+                      HINT = 'A periodic task repeats every 1 second or more, e.g. interval ''1 hour'', with no negative part (not ''1 day -1 hour''); NULL for a one-off task.';
+        END IF;
+        IF enqueue.drift IS NULL THEN
+            RAISE EXCEPTION 'drift must not be NULL'
+                USING ERRCODE = '22004', DETAIL = 'enqueue was called with drift NULL.',
+                      HINT = 'true (default): plan the next run from the planned time; false: from the end of the run.';
+        END IF;
+        IF enqueue.group_key = '' OR pg_catalog.length(enqueue.group_key) > 200 THEN
+            RAISE EXCEPTION 'invalid group_key'
+                USING ERRCODE = '22023',
+                      DETAIL = pg_catalog.format('The group_key has %s characters.', pg_catalog.length(enqueue.group_key)),
+                      HINT = 'A group_key is 1 to 200 characters, or NULL for none.';
+        END IF;
+    END IF;
+    -- <producer access> (one probe of the stage's own row: '*' is never restricted; the same text in enqueue and enqueue_batch)
+    IF (SELECT s.restricted FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) enqueue.stage) THEN
+        PERFORM queue._check_access(enqueue.stage, 'enqueue');
+    END IF;
+    -- </producer access>
+    IF enqueue.after IS NOT NULL THEN
+        RETURN queue._enqueue_after(enqueue.payload, enqueue.stage, enqueue.priority, v_run_at, enqueue.key,
+                                    enqueue.mode, enqueue.repeat, enqueue.group_key, enqueue.after,
+                                    enqueue.after_failed);
+    END IF;
+
+    IF enqueue.key IS NULL THEN
+        INSERT INTO queue.live_tasks AS t (stage, priority, run_at, payload, created, updated,
+                                           repeat, drift, slot, group_key)
+        VALUES (enqueue.stage, enqueue.priority, v_run_at, enqueue.payload, v_now, v_now,
+                enqueue.repeat, enqueue.drift, v_slot, enqueue.group_key)
+        RETURNING t.id INTO v_id;
+    ELSIF enqueue.mode = 'ignore' THEN
+        -- The existing task may finish between the insert and the select: then try again.
+        LOOP
+            INSERT INTO queue.live_tasks AS t (stage, priority, run_at, payload, key, created, updated,
+                                               repeat, drift, slot, group_key)
+            VALUES (enqueue.stage, enqueue.priority, v_run_at, enqueue.payload, enqueue.key, v_now, v_now,
+                    enqueue.repeat, enqueue.drift, v_slot, enqueue.group_key)
+            ON CONFLICT (stage, key) WHERE key IS NOT NULL DO NOTHING
+            RETURNING t.id INTO v_id;
+            EXIT WHEN v_id IS NOT NULL;
+            SELECT t.id INTO v_id
+              FROM queue.live_tasks t
+             WHERE t.stage = enqueue.stage AND t.key = enqueue.key;
+            IF v_id IS NOT NULL THEN
+                RETURN v_id;  -- nothing new to wake workers for
+            END IF;
+        END LOOP;
+    ELSE
+        INSERT INTO queue.live_tasks AS t (stage, priority, run_at, payload, key, created, updated,
+                                           repeat, drift, slot, group_key)
+        VALUES (enqueue.stage, enqueue.priority, v_run_at, enqueue.payload, enqueue.key, v_now, v_now,
+                enqueue.repeat, enqueue.drift, v_slot, enqueue.group_key)
+        ON CONFLICT (stage, key) WHERE key IS NOT NULL DO UPDATE
+           SET payload    = excluded.payload,
+               priority   = excluded.priority,
+               run_at     = excluded.run_at,
+               updated    = v_now,
+               repeat     = excluded.repeat,
+               drift      = excluded.drift,
+               slot       = excluded.slot,
+               -- a running task finishes its attempt first; a ready or failed one starts over now;
+               -- one that waits for others (after) goes on waiting
+               rerun      = (t.status = 'running'),
+               attempt    = CASE WHEN t.status = 'running' THEN t.attempt ELSE 0 END,
+               status     = CASE WHEN t.status IN ('running', 'waiting') THEN t.status ELSE 'ready' END,
+               error_text = CASE WHEN t.status = 'running' THEN t.error_text END
+         -- an SQL task's request is its payload: only enqueue_sql, as its role, may replace it
+         WHERE t.run_as IS NULL
+        RETURNING t.id INTO v_id;
+        IF v_id IS NULL THEN
+            RAISE EXCEPTION 'key % of stage % belongs to an SQL task', enqueue.key, enqueue.stage
+                USING ERRCODE = '42501',
+                      DETAIL = 'mode ''rerun'' would replace the request of a task that runs as the role that enqueued it.',
+                      HINT = 'Re-run it with queue.enqueue_sql(…, key => …, mode => ''rerun'') as that role, or use another key.';
+        END IF;
+        -- Re-run by the transaction that holds it (take_locked): no longer its to finish.
+        v_held := pg_catalog.current_setting('skiplock.held', true);
+        IF pg_catalog.strpos(v_held, v_id || ':') > 0 THEN
+            PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held,
+                        queue._held_entry((SELECT k.key FROM queue.fence_key k), pg_catalog.pg_current_xact_id(), v_id),
+                        ''), true);
+        END IF;
+    END IF;
+
+    -- Only while a worker waits (take_next found the stage empty): NOTIFY serialises commits.
+    -- _wake_waiters reads the stage's notify setting, so a busy stage never looks it up.
+    IF EXISTS (SELECT 1 FROM queue.stage_waiters w WHERE w.stage = enqueue.stage AND w.until > v_now) THEN
+        PERFORM queue._wake_waiters(enqueue.stage);  -- one NOTIFY per wait: it ends the mark
+    END IF;
+    RETURN v_id;
+END
+$$;
+COMMENT ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text, bigint[], text) IS 'Adds a task to a stage and returns its id. With a key, a live task of that key is kept (mode ''ignore'') or re-run with the new values (mode ''rerun''). repeat/drift make it periodic; group_key counts against group_limit; after => ids makes it wait until they have ended. 42501 for a restricted stage.';
+REVOKE ALL ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text, bigint[], text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text, bigint[], text) TO skiplock_producer, skiplock_admin;

@@ -1,0 +1,135 @@
+-- finish(id, lease, next_stage, stage): end the attempt that holds `lease` successfully. Without
+-- next_stage the task is done: it leaves queue.live_tasks and is written to queue.history in the
+-- same statement. With next_stage (a pipeline) it is recorded as done in its current stage and
+-- waits, ready, in next_stage from attempt 0. A task enqueued again with mode 'rerun' while it ran
+-- is queued again in its stage instead. A periodic task is recorded as done and re-armed: the same
+-- row waits for its next run (see _next_slot); it cannot move to another stage.
+-- Returns true when this call ended the attempt; false, changing nothing, when the lease is not the
+-- task's current one (reaped, retaken, already finished, cancelled).
+-- Raises 22004 for a NULL id or lease; 22023 for a bad next_stage or one given for a periodic task
+-- (cancel() ends a schedule); 42501 for a restricted next_stage without the enqueue right; SK002
+-- when a live task of next_stage has the same key. Locks the task's row; writes queue.live_tasks and
+-- queue.history; a task due at once wakes its stage's waiting workers.
+-- stage, when given, is the task's current stage (routes the call on Citus); any other: false.
+CREATE OR REPLACE FUNCTION queue.finish(id bigint, lease uuid, next_stage text DEFAULT NULL,
+                                        stage text DEFAULT NULL)
+    RETURNS boolean
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    -- One plan a session: without statistics the generic plan looked dearer, and each call was planned
+    -- again (six times its execution).
+    SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_now   timestamptz := pg_catalog.now();
+    v_count integer;
+    v_next  queue.stage_settings;
+    v_stage text;
+    v_due   boolean;
+    v_task  queue.live_tasks;
+BEGIN
+    IF finish.id IS NULL OR finish.lease IS NULL THEN
+        PERFORM queue._raise_bad_argument('finish', 'id, lease', finish.id::text, finish.lease::text);
+    END IF;
+
+    IF finish.next_stage IS NULL THEN
+        WITH done AS (
+            DELETE FROM queue.live_tasks t
+             WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NULL
+               AND (finish.stage IS NULL OR t.stage = finish.stage)
+            RETURNING t.*
+        )
+        INSERT INTO queue.history
+        SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt, d.worker, d.error_text, d.started, v_now)).*
+          FROM done d
+         -- what waits for it (rare): resolved by _end_waits, one test of a column already returned
+         WHERE CASE WHEN d.waited_for THEN queue._end_waits(d.id, 'done') ELSE true END;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        IF v_count = 1 THEN
+            RETURN true;
+        END IF;
+
+        -- A periodic task: record this run, re-arm the same row for the next one.
+        SELECT t.* INTO v_task
+          FROM queue.live_tasks t
+         WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NOT NULL
+           AND (finish.stage IS NULL OR t.stage = finish.stage)
+           FOR UPDATE;
+        IF FOUND THEN
+            PERFORM queue._rearm(v_task, 'done', v_task.attempt, v_task.worker, v_task.error_text, v_task.started, v_now);
+            RETURN true;
+        END IF;
+    ELSE
+        PERFORM queue._check_stage(finish.next_stage, 'next_stage');
+        -- Moving a task into a stage is enqueueing into it: a restricted one needs that right.
+        v_next := queue._settings(finish.next_stage);
+        IF v_next.restricted THEN
+            PERFORM queue._check_access(finish.next_stage, 'enqueue');
+        END IF;
+        BEGIN
+            -- The row moves by DELETE and INSERT, with its id: the stage is in the key, and on Citus
+            -- it is the distribution key, which no UPDATE may change (the row may change node).
+            WITH cur AS (
+                DELETE FROM queue.live_tasks t
+                 WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NULL
+                   AND (finish.stage IS NULL OR t.stage = finish.stage)
+                RETURNING t.*
+            ), moved AS (
+                INSERT INTO queue.live_tasks (id, stage, status, priority, run_at, payload, key, attempt,
+                                              created, updated, drift, group_key, run_as, waited_for)
+                OVERRIDING SYSTEM VALUE
+                SELECT c.id, finish.next_stage, 'ready', c.priority, v_now, c.payload, c.key, 0,
+                       c.created, v_now, c.drift, c.group_key, c.run_as, c.waited_for
+                  FROM cur c
+            )
+            INSERT INTO queue.history
+            SELECT (queue._history_row(c::queue.live_tasks, 'done', c.attempt, c.worker, c.error_text, c.started, v_now)).*
+              FROM cur c;
+            GET DIAGNOSTICS v_count = ROW_COUNT;
+        EXCEPTION WHEN unique_violation THEN
+            RAISE EXCEPTION 'key already taken in the next stage'
+                USING ERRCODE = 'SK002',
+                      DETAIL = pg_catalog.format('Task %s cannot move to stage %s: a live task there has the same key.',
+                                                 finish.id, pg_catalog.quote_literal(finish.next_stage)),
+                      HINT = 'Finish without next_stage, or cancel the other task first.';
+        END;
+        IF v_count = 1 THEN
+            IF v_next.notify
+               AND EXISTS (SELECT 1 FROM queue.stage_waiters w WHERE w.stage = finish.next_stage AND w.until > v_now) THEN
+                PERFORM queue._wake_waiters(finish.next_stage);  -- one NOTIFY per wait: it ends the mark
+            END IF;
+            RETURN true;
+        END IF;
+    END IF;
+
+    -- Rare: the task was enqueued again with mode 'rerun' while it ran; run it again.
+    UPDATE queue.live_tasks t
+       SET status = 'ready', rerun = false, attempt = 0, lease = NULL, lease_expires = NULL,
+           started = NULL, error_text = NULL, updated = v_now
+     WHERE t.id = finish.id AND t.lease = finish.lease AND t.rerun
+       AND (finish.stage IS NULL OR t.stage = finish.stage)
+    RETURNING t.stage, t.run_at <= v_now INTO v_stage, v_due;
+    IF FOUND THEN
+        IF v_due THEN
+            PERFORM queue._wake_waiters(v_stage);
+        END IF;
+        RETURN true;
+    END IF;
+    -- Nothing ended: a stale lease, or a periodic task asked to move on.
+    IF finish.next_stage IS NOT NULL
+       AND EXISTS (SELECT FROM queue.live_tasks t
+                    WHERE t.id = finish.id AND t.lease = finish.lease AND t.repeat IS NOT NULL
+                      AND (finish.stage IS NULL OR t.stage = finish.stage)) THEN
+        RAISE EXCEPTION 'a periodic task cannot move to another stage'
+            USING ERRCODE = '22023',
+                  DETAIL = pg_catalog.format('Task %s repeats; finishing it re-arms it in its stage.', finish.id),
+                  HINT = 'Finish it without next_stage and enqueue a new task in the next stage; cancel(id) ends the schedule.';
+    END IF;
+    RETURN false;
+END
+$$;
+COMMENT ON FUNCTION queue.finish(bigint, uuid, text, text) IS 'Ends a running attempt successfully if lease is current: done (to queue.history) or, with next_stage, queued ready in that stage; a periodic task is recorded and re-armed. False, changing nothing, for a lease that is not current.';
+REVOKE ALL ON FUNCTION queue.finish(bigint, uuid, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.finish(bigint, uuid, text, text) TO skiplock_worker, skiplock_admin;

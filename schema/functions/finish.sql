@@ -9,7 +9,8 @@
 -- Raises 22004 for a NULL id or lease; 22023 for a bad next_stage or one given for a periodic task
 -- (cancel() ends a schedule); 42501 for a restricted next_stage without the enqueue right; SK002
 -- when a live task of next_stage has the same key. Locks the task's row; writes queue.live_tasks and
--- queue.history; a task due at once wakes its stage's waiting workers.
+-- queue.history; a task due at once wakes its stage's waiting workers. A task something waits for
+-- (enqueue(after => …)) ends by _end_awaited, which resolves what waits for it.
 -- stage, when given, is the task's current stage (routes the call on Citus); any other: false.
 CREATE OR REPLACE FUNCTION queue.finish(id bigint, lease uuid, next_stage text DEFAULT NULL,
                                         stage text DEFAULT NULL)
@@ -38,27 +39,31 @@ BEGIN
         WITH done AS (
             DELETE FROM queue.live_tasks t
              WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NULL
+               AND NOT t.waited_for  -- below: ended by _end_awaited
                AND (finish.stage IS NULL OR t.stage = finish.stage)
             RETURNING t.*
         )
         INSERT INTO queue.history
         SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt, d.worker, d.error_text, d.started, v_now)).*
-          FROM done d
-         -- what waits for it (rare): resolved by _end_waits, one test of a column already returned
-         WHERE CASE WHEN d.waited_for THEN queue._end_waits(d.id, 'done') ELSE true END;
+          FROM done d;
         GET DIAGNOSTICS v_count = ROW_COUNT;
         IF v_count = 1 THEN
             RETURN true;
         END IF;
 
-        -- A periodic task: record this run, re-arm the same row for the next one.
+        -- A periodic task: record this run, re-arm the same row for the next one. A task something
+        -- waits for: done, and what waits for it resolved.
         SELECT t.* INTO v_task
           FROM queue.live_tasks t
-         WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NOT NULL
+         WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND (t.repeat IS NOT NULL OR t.waited_for)
            AND (finish.stage IS NULL OR t.stage = finish.stage)
            FOR UPDATE;
         IF FOUND THEN
-            PERFORM queue._rearm(v_task, 'done', v_task.attempt, v_task.worker, v_task.error_text, v_task.started, v_now);
+            IF v_task.repeat IS NULL THEN
+                PERFORM queue._end_awaited(v_task, 'done', v_task.attempt, v_task.worker, v_task.error_text, v_task.started, v_now);
+            ELSE
+                PERFORM queue._rearm(v_task, 'done', v_task.attempt, v_task.worker, v_task.error_text, v_task.started, v_now);
+            END IF;
             RETURN true;
         END IF;
     ELSE

@@ -99,7 +99,7 @@ SELECT is_empty(
          AND NOT (p.oid IN ('queue._held_entry(text,xid8,bigint)'::regprocedure,
                             'queue._history_row(queue.live_tasks,queue.task_status,integer,text,text,timestamptz,timestamptz)'::regprocedure,
                             'queue._settings(text)'::regprocedure,
-                            'queue._live_row_ok(queue.task_status_live,integer,uuid,timestamptz,timestamptz,boolean,interval,timestamptz,text)'::regprocedure)
+                            'queue._live_row_ok(queue.task_status_live,integer,uuid,timestamptz,timestamptz,boolean,interval,timestamptz,text,integer)'::regprocedure)
                   AND p.proconfig IS NULL)
          -- _mark_waiting never waits long: a take that finds its stage empty calls it.
          AND NOT (p.oid = 'queue._mark_waiting(text)'::regprocedure

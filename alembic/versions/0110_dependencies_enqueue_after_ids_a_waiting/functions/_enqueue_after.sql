@@ -20,6 +20,7 @@ CREATE OR REPLACE FUNCTION queue._enqueue_after(payload jsonb, stage text, prior
     VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $$
+#variable_conflict use_column
 DECLARE
     v_now     timestamptz := pg_catalog.now();
     v_after   bigint[];

@@ -180,6 +180,6 @@ BEGIN
     RETURN v_id;
 END
 $$;
-COMMENT ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text, bigint[], text) IS 'Adds a task to a stage and returns its id. With a key, a live task of that key is kept (mode ''ignore'') or re-run with the new values (mode ''rerun''). repeat/drift make it periodic; group_key counts against group_limit; after => ids makes it wait until they have ended. 42501 for a restricted stage.';
+COMMENT ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text, bigint[], text) IS 'Adds a task to a stage, returns its id. A live task of the same key is kept (mode ''ignore'') or re-run with the new values (''rerun''). repeat/drift: periodic; group_key: group_limit; after => ids: waits until they end. 42501: restricted stage.';
 REVOKE ALL ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text, bigint[], text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text, bigint[], text) TO skiplock_producer, skiplock_admin;

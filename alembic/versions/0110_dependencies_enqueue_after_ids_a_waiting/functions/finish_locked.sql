@@ -8,7 +8,8 @@
 -- re-run by this same transaction (left ready for its new payload).
 -- Commit the worker's own writes in the same transaction: they and the finish are one.
 -- Raises 22004 for a NULL id, 22023 for a long worker name. Locks the task's row (already locked
--- by take_locked); writes queue.live_tasks and queue.history.
+-- by take_locked); writes queue.live_tasks and queue.history. A task something waits for
+-- (enqueue(after => …)) ends by _end_awaited, which resolves what waits for it.
 -- stage, when given, is the task's stage (routes the call on Citus); any other: false.
 CREATE OR REPLACE FUNCTION queue.finish_locked(id bigint, worker text DEFAULT NULL, stage text DEFAULT NULL)
     RETURNS boolean
@@ -36,19 +37,19 @@ BEGIN
     WITH done AS (
         DELETE FROM queue.live_tasks t
          WHERE t.id = finish_locked.id AND t.status IN ('ready', 'error') AND t.repeat IS NULL
+           AND NOT t.waited_for  -- below: ended by _end_awaited
            AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
         RETURNING t.*
     )
     INSERT INTO queue.history
     SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt + 1, finish_locked.worker, d.error_text, pg_catalog.now(), v_now)).*
-      FROM done d
-     -- what waits for it (rare): resolved by _end_waits, one test of a column already returned
-     WHERE CASE WHEN d.waited_for THEN queue._end_waits(d.id, 'done') ELSE true END;
+      FROM done d;
     IF FOUND THEN
         RETURN true;
     END IF;
 
-    -- A periodic task: record this run, re-arm the same row for the next one, struck out of the record.
+    -- A periodic task: record this run, re-arm the same row for the next one, struck out of the record;
+    -- a task something waits for: done, and what waits for it resolved.
     SELECT t.* INTO v_task
       FROM queue.live_tasks t
      WHERE t.id = finish_locked.id AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage);
@@ -56,11 +57,16 @@ BEGIN
         RETURN false;  -- a task of another stage than the one given is not this call's: it stays in the record
     END IF;
     PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held, v_entry, ''), true);
-    IF v_task.repeat IS NULL OR v_task.status NOT IN ('ready', 'error') THEN
+    IF v_task.id IS NULL OR v_task.status NOT IN ('ready', 'error') OR (v_task.repeat IS NULL AND NOT v_task.waited_for) THEN
         RETURN false;  -- held, yet ended by this transaction outside the record (cancel): struck out too
     END IF;
-    PERFORM queue._rearm(v_task, 'done', v_task.attempt + 1, finish_locked.worker, v_task.error_text,
-                         pg_catalog.now(), v_now);
+    IF v_task.repeat IS NULL THEN
+        PERFORM queue._end_awaited(v_task, 'done', v_task.attempt + 1, finish_locked.worker, v_task.error_text,
+                                   pg_catalog.now(), v_now);
+    ELSE
+        PERFORM queue._rearm(v_task, 'done', v_task.attempt + 1, finish_locked.worker, v_task.error_text,
+                             pg_catalog.now(), v_now);
+    END IF;
     RETURN true;
 END
 $$;

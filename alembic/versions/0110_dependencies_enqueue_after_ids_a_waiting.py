@@ -37,6 +37,7 @@ UPGRADE = [
     '0110_dependencies_enqueue_after_ids_a_waiting/views/tasks.sql',
 ]
 DOWNGRADE = [
+    '0110_dependencies_enqueue_after_ids_a_waiting/downgrade/alter/views/tasks.sql',
     '0100_baseline/views/tasks.sql',
     '0100_baseline/views/stats.sql',
     '0109_finish_batch_and_reap_hung_probe_the/functions/reap_hung.sql',

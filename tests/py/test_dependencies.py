@@ -79,21 +79,23 @@ def test_the_last_two_awaited_tasks_ending_at_once_make_the_waiting_one_ready(db
             assert admin.execute("SELECT count(*) FROM queue.dependencies WHERE task = %s", (c,)).fetchone()[0] == 0
 
 
-def test_workers_ending_awaited_tasks_in_any_order_resolve_every_waiting_task(db: str):
+@pytest.mark.parametrize("seed", [50, 51, 52, 53])
+def test_workers_ending_awaited_tasks_in_any_order_resolve_every_waiting_task(db: str, seed: int):
     """120 awaited tasks and 200 waiting ones (each for 1 to 5 random awaited tasks, policy cancel
     or run); 6 workers take and end the awaited tasks concurrently, 1 in 8 fatally. Afterwards
     each waiting task is ready when all it waited for were done or its policy is 'run', else
     cancelled; no edge and no waiting task is left."""
-    rng = random.Random(50)
+    rng = random.Random(seed)
+    p_stage, c_stage = f"crowd{seed}.p", f"crowd{seed}.c"
     with psycopg.connect(db, autocommit=True) as admin:
-        parents = [admin.execute("SELECT queue.enqueue(%s::jsonb, 'crowd.p')", (f'{{"fatal": {str(rng.random() < 0.125).lower()}}}',)).fetchone()[0]
+        parents = [admin.execute("SELECT queue.enqueue(%s::jsonb, %s)", (f'{{"fatal": {str(rng.random() < 0.125).lower()}}}', p_stage)).fetchone()[0]
                    for _ in range(120)]
         children: dict[int, tuple[list[int], str]] = {}
         for _ in range(200):
             after = rng.sample(parents, rng.randint(1, 5))
             policy = rng.choice(["cancel", "run"])
-            cid = admin.execute("SELECT queue.enqueue('{}', 'crowd.c', after => %s, after_failed => %s)",
-                                (after, policy)).fetchone()[0]
+            cid = admin.execute("SELECT queue.enqueue('{}', %s, after => %s, after_failed => %s)",
+                                (c_stage, after, policy)).fetchone()[0]
             children[cid] = (after, policy)
         errors: list[str] = []
 
@@ -102,7 +104,7 @@ def test_workers_ending_awaited_tasks_in_any_order_resolve_every_waiting_task(db
                 with psycopg.connect(db, autocommit=True) as conn:
                     end = time.monotonic() + DEADLINE
                     while time.monotonic() < end:
-                        row = conn.execute("SELECT id, lease, payload FROM queue.take_next('crowd.p')").fetchone()
+                        row = conn.execute("SELECT id, lease, payload FROM queue.take_next(%s)", (p_stage,)).fetchone()
                         if row is None:
                             return
                         if row[2]["fatal"]:
@@ -119,11 +121,12 @@ def test_workers_ending_awaited_tasks_in_any_order_resolve_every_waiting_task(db
         for t in threads:
             t.join(DEADLINE + 10)
         assert not errors, errors
-        final = dict(admin.execute("SELECT id, status::text FROM queue.history WHERE stage = 'crowd.p'").fetchall())
+        final = dict(admin.execute("SELECT id, status::text FROM queue.history WHERE stage = %s", (p_stage,)).fetchall())
         assert len(final) == len(parents)
-        got = dict(admin.execute("SELECT id, status::text FROM queue.tasks WHERE stage = 'crowd.c'").fetchall())
+        got = dict(admin.execute("SELECT id, status::text FROM queue.tasks WHERE stage = %s", (c_stage,)).fetchall())
         expected = {cid: "ready" if policy == "run" or all(final[p] == "done" for p in after) else "cancelled"
                     for cid, (after, policy) in children.items()}
         assert got == expected
-        assert admin.execute("SELECT count(*) FROM queue.dependencies").fetchone()[0] == 0
+        assert admin.execute("SELECT count(*) FROM queue.dependencies d JOIN queue.tasks t ON t.id = d.task"
+                             " WHERE t.stage = %s", (c_stage,)).fetchone()[0] == 0
         assert set(expected.values()) == {"ready", "cancelled"}, "the draw exercised both outcomes"

@@ -7,9 +7,9 @@
 -- where a task became due are woken (_wake_waiters).
 -- Returns true, so that a finish statement calls it from a WHERE clause, for the rows whose
 -- waited_for is set, without a second statement for the others.
--- Locks the waiting tasks' rows in id order (two ends that share waiting tasks take them in the
--- same order), then counts down on them, so that the last two awaited tasks ending at once are
--- serialised on the row. Writes queue.dependencies, queue.live_tasks, queue.history.
+-- Locks the waiting tasks' rows in id order before their edges (as cancel does: no two ends wait
+-- for each other), then counts down on them, so that the last two awaited tasks ending at once
+-- are serialised on the row. Writes queue.dependencies, queue.live_tasks, queue.history.
 CREATE OR REPLACE FUNCTION queue._end_waits(id bigint, status queue.task_status)
     RETURNS boolean
     LANGUAGE plpgsql
@@ -28,6 +28,14 @@ DECLARE
 BEGIN
     DELETE FROM queue.dependencies d WHERE d.task = _end_waits.id;  -- it waited: it waits no more
     WHILE v_i <= pg_catalog.cardinality(v_ended) LOOP
+        -- A waiting task's row before its edges, in every transaction (a cancel of it too), and
+        -- rows in id order: no two ends wait for each other.
+        PERFORM
+           FROM queue.live_tasks t
+          WHERE t.id IN (SELECT d.task FROM queue.dependencies d WHERE d.after = v_ended[v_i])
+            AND t.status = 'waiting'
+          ORDER BY t.id
+            FOR UPDATE;
         WITH gone AS (
             DELETE FROM queue.dependencies d WHERE d.after = v_ended[v_i]
             RETURNING d.task, d.run_if_failed
@@ -36,11 +44,6 @@ BEGIN
                pg_catalog.array_agg(g.task) FILTER (WHERE v_failed AND NOT g.run_if_failed)
           INTO v_down, v_cancel
           FROM gone g;
-        PERFORM
-           FROM queue.live_tasks t
-          WHERE t.id = ANY (v_down || v_cancel) AND t.status = 'waiting'
-          ORDER BY t.id
-            FOR UPDATE;
         FOR v_stage IN
             WITH counted AS (
                 UPDATE queue.live_tasks t

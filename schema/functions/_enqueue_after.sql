@@ -2,7 +2,8 @@
 -- after_failed): enqueue's path for a task that waits for others (enqueue(after => …)), after
 -- enqueue checked the other arguments and the caller's right to the stage. The task waits
 -- ('waiting', live_tasks.waits = how many of them are live) until every task of after has left
--- queue.live_tasks; each of those is marked waited_for and gets an edge in queue.dependencies.
+-- queue.live_tasks; each of those is marked (waits -1, unless it waits itself) and gets an edge in
+-- queue.dependencies.
 -- A task of after that already ended is resolved from its last queue.history row: done counts as
 -- ended; fatal or cancelled, with after_failed 'cancel', records the new task cancelled at once
 -- (its id is still returned). With a key that names a live task of the stage, that task's id is
@@ -89,7 +90,7 @@ BEGIN
     LOOP
         WITH marked AS (
             UPDATE queue.live_tasks t
-               SET waited_for = true
+               SET waits = CASE WHEN t.waits > 0 THEN t.waits ELSE -1 END
              WHERE t.id = ANY (v_after) AND NOT t.id = ANY (v_live) AND t.id <> v_id
             RETURNING t.id
         )

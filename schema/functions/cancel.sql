@@ -36,7 +36,7 @@ BEGIN
                                CASE WHEN v_task.status = 'running' THEN v_task.started END,
                                GREATEST(v_now, (SELECT pg_catalog.max(h.finished) FROM queue.history h
                                                  WHERE h.id = v_task.id AND h.stage = v_task.stage)))).*;
-    IF v_task.waited_for OR v_task.status = 'waiting' THEN
+    IF v_task.waits <> 0 THEN  -- it waits, or something waits for it
         PERFORM queue._end_waits(v_task.id, 'cancelled');
     END IF;
 END

@@ -3,8 +3,8 @@
 -- the size of the backlog, not of everything ever processed.
 -- _live_row_ok(…): the invariants of a live task: attempt not negative; running exactly when it
 -- has a lease, its expiry and its start; rerun only while running; a periodic task (repeat of 1
--- second or more) has a slot, a one-off none; a group_key of 1 to 200 characters; waiting exactly
--- when it still waits for other tasks (waits > 0), and then one-off, never run. Not a CHECK of
+-- second or more) has a slot, a one-off none; a group_key of 1 to 200 characters; waits -1 or more,
+-- waiting exactly when above 0, and then one-off, never run. Not a CHECK of
 -- the shipped table: PostgreSQL sets a CHECK up again for every statement that writes a row (72 k
 -- instructions an enqueue, a sixth of it), and only the queue's functions write this table. The
 -- test suite adds it as the CHECK live_tasks_valid to every database it tests (skiplock.testdb), so
@@ -22,7 +22,7 @@ BEGIN
        AND (NOT rerun OR status = 'running')
        AND (repeat IS NULL) = (slot IS NULL) AND (repeat IS NULL OR repeat >= interval '1 second')
        AND (group_key IS NULL OR (group_key <> '' AND pg_catalog.length(group_key) <= 200))
-       AND waits >= 0 AND (status = 'waiting') = (waits > 0)
+       AND waits >= -1 AND (status = 'waiting') = (waits > 0)
        AND (status <> 'waiting' OR (attempt = 0 AND repeat IS NULL));
 END
 $$;
@@ -53,8 +53,9 @@ CREATE TABLE queue.live_tasks (
     slot           timestamptz,
     group_key      text,
     run_as         regrole,
-    waits          integer           NOT NULL DEFAULT 0,  -- waiting exactly while above 0: queue._live_row_ok
-    waited_for     boolean           NOT NULL DEFAULT false,
+    -- Dependencies in one column (each column costs every statement that reads the whole row):
+    -- above 0, waiting for that many tasks; -1, some task waits for this one; 0, neither.
+    waits          integer           NOT NULL DEFAULT 0,  -- -1 or more, waiting exactly above 0: queue._live_row_ok
     -- The stage is in the key so that the table can be distributed by stage (Citus); the identity
     -- alone keeps ids unique, and id leads, so a lookup by id alone still probes this index.
     CONSTRAINT live_tasks_pkey PRIMARY KEY (id, stage)
@@ -96,5 +97,4 @@ COMMENT ON COLUMN queue.live_tasks.drift IS 'Periodic tasks: true (default) plan
 COMMENT ON COLUMN queue.live_tasks.slot IS 'Periodic tasks: the planned time of the current run. Retries move run_at, never slot, so a failed attempt does not shift the schedule. NULL for a one-off task.';
 COMMENT ON COLUMN queue.live_tasks.group_key IS 'Optional group (tenant, user, document) for the stage''s group_limit: at most that many tasks of one group run at once. 1 to 200 characters, or NULL for none.';
 COMMENT ON COLUMN queue.live_tasks.run_as IS 'SQL tasks (enqueue_sql): the role that enqueued it; run_sql_tasks runs the request as this role. NULL for ordinary tasks. Set only by enqueue_sql, so no producer can make a task run as another role.';
-COMMENT ON COLUMN queue.live_tasks.waits IS 'How many of the tasks it waits for (enqueue(after => …)) are still live; the task is waiting while above 0 and becomes ready when the last one ends.';
-COMMENT ON COLUMN queue.live_tasks.waited_for IS 'True once a task was enqueued to wait for this one: its end then resolves queue.dependencies (queue._end_waits). False costs the finish nothing.';
+COMMENT ON COLUMN queue.live_tasks.waits IS 'Above 0: waiting for that many live tasks (enqueue(after => …)), ready when the last ends. -1: a task waits for this one, whose end resolves queue.dependencies (_end_waits). 0: neither.';

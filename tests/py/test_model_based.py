@@ -171,10 +171,17 @@ class QueueMachine(RuleBasedStateMachine):
                 existing.status, existing.attempt = "ready", 0
 
     @rule(stage=st.sampled_from([A, B]), key=st.sampled_from(KEYS), picks=st.lists(st.integers(0, 10**6), min_size=1, max_size=3),
-          policy=st.sampled_from(["cancel", "run"]))
-    def enqueue_after(self, stage: str, key: str | None, picks: list[int], policy: str) -> None:
+          policy=st.sampled_from(["cancel", "run"]), cancel=st.integers(0, 3))
+    def enqueue_after(self, stage: str, key: str | None, picks: list[int], policy: str, cancel: int) -> None:
         """A task that waits for up to three known tasks: live ones (running, waiting, moved on) and
-        ended ones, resolved from history at once."""
+        ended ones, resolved from history at once. One time in four, an admin then cancels the
+        first waiting task (its edges go; what waits for it follows)."""
+        self._enqueue_after(stage, key, picks, policy)
+        waiting = sorted(t.id for t in self.live() if t.status == "waiting")
+        if cancel == 0 and waiting:
+            self.cancel_id(waiting[0])
+
+    def _enqueue_after(self, stage: str, key: str | None, picks: list[int], policy: str) -> None:
         after = sorted({sorted(self.tasks)[i % len(self.tasks)] for i in picks})
         got = self.admin.execute("SELECT queue.enqueue('{}'::jsonb, %s, key => %s, after => %s, after_failed => %s)",
                                  (stage, key, after, policy)).fetchone()[0]
@@ -395,7 +402,7 @@ class QueueMachine(RuleBasedStateMachine):
         expected = [(t.id, t.stage, t.status, t.attempt, t.lease, t.key, t.rerun)
                     for t in sorted(self.live(), key=lambda t: t.id)]
         assert live == expected
-        waits = self.admin.execute("SELECT t.id, t.waits, coalesce(q.waits_for, '{}') FROM queue.live_tasks t"
+        waits = self.admin.execute("SELECT t.id, greatest(t.waits, 0), coalesce(q.waits_for, '{}') FROM queue.live_tasks t"
                                    " JOIN queue.tasks q ON q.id = t.id AND q.finished IS NULL ORDER BY t.id").fetchall()
         assert waits == [(t.id, len(t.waits), sorted(t.waits)) for t in sorted(self.live(), key=lambda t: t.id)]
         edges = self.admin.execute("SELECT count(*) FROM queue.dependencies").fetchone()[0]

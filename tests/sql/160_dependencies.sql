@@ -39,7 +39,7 @@ SELECT throws_ok(format('SELECT queue.enqueue(%L, %L, key => %L, mode => %L, aft
 SELECT throws_ok(format('SELECT queue.enqueue(%L, %L, after => ARRAY[%s, %s])', '{}', 'dep.c', pg_temp.id('p'), pg_temp.id('p') + 1000000),
                  'P0002', 'task to wait for not found', 'an id neither live nor in history is P0002');
 SELECT is((SELECT count(*) FROM queue.live_tasks), 1::bigint, 'refused calls wrote nothing');
-SELECT is((SELECT waited_for FROM queue.live_tasks WHERE id = pg_temp.id('p')), false, 'nor marked the awaited task');
+SELECT is((SELECT waits FROM queue.live_tasks WHERE id = pg_temp.id('p')), 0, 'nor marked the awaited task');
 
 -- Fan-in: c waits for a and b ------------------------------------------------------------------------------
 INSERT INTO made VALUES ('a', queue.enqueue('{}', 'dep.a')), ('b', queue.enqueue('{}', 'dep.b'));
@@ -48,7 +48,7 @@ SELECT is(pg_temp.st('c'), 'waiting', 'a task with after waits');
 SELECT is((SELECT waits_for FROM queue.tasks WHERE id = pg_temp.id('c')), ARRAY[pg_temp.id('a'), pg_temp.id('b')],
           'queue.tasks shows what it waits for, each id once');
 SELECT is((SELECT waits FROM queue.live_tasks WHERE id = pg_temp.id('c')), 2, 'it counts two live tasks to wait for');
-SELECT ok((SELECT bool_and(waited_for) FROM queue.live_tasks WHERE id IN (pg_temp.id('a'), pg_temp.id('b'))), 'both are marked waited_for');
+SELECT ok((SELECT bool_and(waits = -1) FROM queue.live_tasks WHERE id IN (pg_temp.id('a'), pg_temp.id('b'))), 'both are marked as awaited (waits -1)');
 SELECT is((SELECT count(*)::integer FROM queue.take_next('dep.c')), 0, 'take_next never hands out a waiting task');
 SELECT is((SELECT due FROM queue.stats WHERE stage = 'dep.c'), 0::bigint, 'queue.stats does not count it as due');
 SELECT ok(pg_temp.run('a'), 'a finishes');

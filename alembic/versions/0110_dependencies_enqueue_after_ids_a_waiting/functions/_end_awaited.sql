@@ -1,5 +1,5 @@
 -- _end_awaited(task, status, attempt, worker, error_text, started, finished): end a one-off task
--- that something waits for (live_tasks.waited_for): move it to queue.history (status done or
+-- that something waits for (live_tasks.waits -1): move it to queue.history (status done or
 -- fatal, with the values given), then resolve what waits for it (_end_waits). finish and
 -- finish_locked leave such a task out of their one-statement move, so that a task nothing waits
 -- for pays only that column's test, and end it here. The caller has locked the row.

@@ -1,12 +1,12 @@
 -- _end_waits(id, status): task id left queue.live_tasks as status (done, fatal, cancelled) and
--- something waited for it (live_tasks.waited_for), or it was waiting itself. Its own edges go;
+-- something waited for it (live_tasks.waits -1), or it was waiting itself. Its own edges go;
 -- each task that waited for it counts down (live_tasks.waits) and is ready at 0, from
 -- GREATEST(its run_at, now); after a fatal or cancelled end, a task that waited for it with
 -- after_failed => 'cancel' is cancelled instead (to queue.history, its error naming the task),
 -- and what waited for that one is resolved in turn, as for any cancel. Workers waiting on a stage
 -- where a task became due are woken (_wake_waiters).
 -- Returns true, so that a finish statement calls it from a WHERE clause, for the rows whose
--- waited_for is set, without a second statement for the others.
+-- waits is -1, without a second statement for the others.
 -- Locks the waiting tasks' rows in id order before their edges (as cancel does: no two ends wait
 -- for each other), then counts down on them, so that the last two awaited tasks ending at once
 -- are serialised on the row. Writes queue.dependencies, queue.live_tasks, queue.history.
@@ -47,14 +47,17 @@ BEGIN
         FOR v_stage IN
             WITH counted AS (
                 UPDATE queue.live_tasks t
-                   SET waits = t.waits - 1,
+                   -- at 0: -1 when something waits for it (locked above, this snapshot sees every edge)
+                   SET waits = CASE WHEN t.waits > 1 THEN t.waits - 1
+                                    WHEN EXISTS (SELECT FROM queue.dependencies x WHERE x.after = t.id) THEN -1
+                                    ELSE 0 END,
                        status = CASE WHEN t.waits = 1 THEN 'ready' ELSE 'waiting' END::queue.task_status_live,
                        run_at = CASE WHEN t.waits = 1 THEN GREATEST(t.run_at, v_now) ELSE t.run_at END,
                        updated = v_now
                  WHERE t.id = ANY (v_down) AND t.status = 'waiting'
                 RETURNING t.stage, t.waits
             )
-            SELECT DISTINCT c.stage FROM counted c WHERE c.waits = 0
+            SELECT DISTINCT c.stage FROM counted c WHERE c.waits <= 0
         LOOP
             PERFORM queue._wake_waiters(v_stage);
         END LOOP;
@@ -70,9 +73,7 @@ BEGIN
                                                                                                  ELSE 'cancelled' END)),
                                        NULL, v_now)).*;
             DELETE FROM queue.dependencies d WHERE d.task = v_task.id;
-            IF v_task.waited_for THEN
-                v_ended := v_ended || v_task.id;
-            END IF;
+            v_ended := v_ended || v_task.id;  -- a waiting task's waits does not say whether something waits for it
         END LOOP;
         v_i := v_i + 1;
         v_failed := true;  -- the tasks after the first were cancelled

@@ -39,7 +39,7 @@ BEGIN
         WITH done AS (
             DELETE FROM queue.live_tasks t
              WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NULL
-               AND NOT t.waited_for  -- below: ended by _end_awaited
+               AND t.waits = 0  -- -1, something waits for it: ended below by _end_awaited
                AND (finish.stage IS NULL OR t.stage = finish.stage)
             RETURNING t.*
         )
@@ -55,7 +55,7 @@ BEGIN
         -- waits for: done, and what waits for it resolved.
         SELECT t.* INTO v_task
           FROM queue.live_tasks t
-         WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND (t.repeat IS NOT NULL OR t.waited_for)
+         WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND (t.repeat IS NOT NULL OR t.waits < 0)
            AND (finish.stage IS NULL OR t.stage = finish.stage)
            FOR UPDATE;
         IF FOUND THEN
@@ -83,10 +83,10 @@ BEGIN
                 RETURNING t.*
             ), moved AS (
                 INSERT INTO queue.live_tasks (id, stage, status, priority, run_at, payload, key, attempt,
-                                              created, updated, drift, group_key, run_as, waited_for)
+                                              created, updated, drift, group_key, run_as, waits)
                 OVERRIDING SYSTEM VALUE
                 SELECT c.id, finish.next_stage, 'ready', c.priority, v_now, c.payload, c.key, 0,
-                       c.created, v_now, c.drift, c.group_key, c.run_as, c.waited_for
+                       c.created, v_now, c.drift, c.group_key, c.run_as, c.waits
                   FROM cur c
             )
             INSERT INTO queue.history

@@ -37,7 +37,7 @@ BEGIN
     WITH done AS (
         DELETE FROM queue.live_tasks t
          WHERE t.id = finish_locked.id AND t.status IN ('ready', 'error') AND t.repeat IS NULL
-           AND NOT t.waited_for  -- below: ended by _end_awaited
+           AND t.waits = 0  -- -1, something waits for it: ended below by _end_awaited
            AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
         RETURNING t.*
     )
@@ -57,7 +57,7 @@ BEGIN
         RETURN false;  -- a task of another stage than the one given is not this call's: it stays in the record
     END IF;
     PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held, v_entry, ''), true);
-    IF v_task.id IS NULL OR v_task.status NOT IN ('ready', 'error') OR (v_task.repeat IS NULL AND NOT v_task.waited_for) THEN
+    IF v_task.id IS NULL OR v_task.status NOT IN ('ready', 'error') OR (v_task.repeat IS NULL AND v_task.waits = 0) THEN
         RETURN false;  -- held, yet ended by this transaction outside the record (cancel): struck out too
     END IF;
     IF v_task.repeat IS NULL THEN

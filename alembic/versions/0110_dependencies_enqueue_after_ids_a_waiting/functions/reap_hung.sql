@@ -77,7 +77,7 @@ BEGIN
         SELECT (queue._history_row(f.task, 'fatal', (f.task).attempt, (f.task).worker, f.message, (f.task).started, v_now)).*
           FROM (SELECT g.task, g.message FROM gone g
                  -- what waits for it (rare): resolved by _end_waits, one test of a column already returned
-                 WHERE CASE WHEN (g.task).waited_for THEN queue._end_waits((g.task).id, 'fatal') ELSE true END
+                 WHERE CASE WHEN (g.task).waits < 0 THEN queue._end_waits((g.task).id, 'fatal') ELSE true END
                 UNION ALL SELECT p.task, p.message FROM periodic p) f
         RETURNING 1
     ), retried AS (

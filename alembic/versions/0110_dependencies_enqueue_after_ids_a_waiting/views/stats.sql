@@ -1,6 +1,6 @@
 CREATE OR REPLACE VIEW queue.stats AS
 SELECT t.stage, t.status::text::queue.task_status AS status, pg_catalog.count(*) AS tasks,
-       pg_catalog.count(*) FILTER (WHERE t.status <> 'running' AND t.waits = 0 AND t.run_at <= pg_catalog.now()) AS due,
+       pg_catalog.count(*) FILTER (WHERE t.status <> 'running' AND t.waits <= 0 AND t.run_at <= pg_catalog.now()) AS due,
        pg_catalog.now() - pg_catalog.min(t.created) AS oldest_age,
        pg_catalog.min(t.run_at) AS next_run_at,
        pg_catalog.count(*) FILTER (WHERE t.status = 'running' AND t.lease_expires < pg_catalog.now()) AS lease_expired

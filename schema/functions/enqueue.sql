@@ -1,14 +1,12 @@
--- enqueue(payload, stage, priority, run_at, key, mode, repeat, drift, group_key): add a task and
--- return its id. key is optional, unique among the live tasks of the stage; when it names one, mode
--- 'ignore' (default) returns that id unchanged, and mode 'rerun' gives a waiting task the new
--- payload, priority, run_at, repeat and drift from attempt 0, or queues a running one again with
--- them when its attempt ends (stage and group_key stay). repeat (at least 1 second, no negative
--- part) makes the task periodic: each finish records the run and re-arms it; cancel() ends it.
--- drift (default true) plans the next run from this run's slot, skipping missed ones; false, from
--- the run's end. group_key (1 to 200 characters) counts it against the stage's group_limit.
--- after (ids) makes it wait, as 'waiting', until those tasks have ended; after_failed says what a
--- fatal or cancelled one does to it: 'cancel' (default) it, or 'run' it anyway (_enqueue_after).
--- A waiting task re-run by key gets the new values and goes on waiting.
+-- enqueue(payload, stage, priority, run_at, key, mode, repeat, drift, group_key, after, after_failed):
+-- add a task, return its id. key is optional, unique among the live tasks of the stage; when it
+-- names one, mode 'ignore' (default) returns that id unchanged, and mode 'rerun' gives a task not
+-- running the new payload, priority, run_at, repeat and drift from attempt 0 (one that waits for
+-- others goes on waiting), or queues a running one again with them when its attempt ends. repeat
+-- (at least 1 second, no negative part) makes the task periodic: each finish records the run and
+-- re-arms it; drift (default true) plans the next run from this run's slot, false from its end.
+-- group_key (1 to 200 characters) counts it against the stage's group_limit. after (ids) makes it
+-- wait until those tasks have ended; after_failed: 'cancel' (default) or 'run' (_enqueue_after).
 -- Raises 22004/22023/54000 for bad arguments, 42501 for a restricted stage (grant_stage) the caller
 -- may not enqueue into, or for mode 'rerun' on an SQL task's key. Writes queue.live_tasks; NOTIFY
 -- skiplock.<stage> while a worker waits (stage_waiters), unless the stage turned it off.

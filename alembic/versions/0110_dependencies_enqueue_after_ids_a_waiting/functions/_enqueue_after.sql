@@ -3,11 +3,9 @@
 -- enqueue checked the other arguments and the caller's right to the stage. The task waits
 -- ('waiting', live_tasks.waits = how many of them are live) until every task of after has left
 -- queue.live_tasks; each of those is marked (waits -1, unless it waits itself) and gets an edge in
--- queue.dependencies.
--- A task of after that already ended is resolved from its last queue.history row: done counts as
--- ended; fatal or cancelled, with after_failed 'cancel', records the new task cancelled at once
--- (its id is still returned). With a key that names a live task of the stage, that task's id is
--- returned and nothing changes. Returns the task's id.
+-- queue.dependencies. One that already ended counts by its last history row: done has ended; fatal
+-- or cancelled, under after_failed 'cancel', records the new task cancelled at once (its id is
+-- still returned). A key of a live task of the stage returns that task's id, changing nothing.
 -- Raises 22004 for a NULL in after; 22023 for an empty or too long after, an unknown after_failed,
 -- repeat or mode 'rerun' with after; P0002 for a task of after found neither live nor in history
 -- (never enqueued, or its history was rotated away); 0A000 on Citus. Locks the live tasks of after

@@ -84,8 +84,14 @@ BEGIN
 
     -- Mark and lock the live ones: their end, waiting for this transaction, then sees the mark. A
     -- task that finish(next_stage => …) moved while this waited is live again under its id, in a
-    -- row only the next statement's snapshot sees: hence the second round.
+    -- row only the next statement's snapshot sees: hence the second round. Rows in id order, as
+    -- every end locks them (an awaited task before what waits for it): no two wait for each other.
     LOOP
+        PERFORM
+           FROM queue.live_tasks t
+          WHERE t.id = ANY (v_after) AND NOT t.id = ANY (v_live) AND t.id <> v_id
+          ORDER BY t.id
+            FOR UPDATE;
         WITH marked AS (
             UPDATE queue.live_tasks t
                SET waits = CASE WHEN t.waits > 0 THEN t.waits ELSE -1 END

@@ -130,3 +130,39 @@ def test_workers_ending_awaited_tasks_in_any_order_resolve_every_waiting_task(db
         assert admin.execute("SELECT count(*) FROM queue.dependencies d JOIN queue.tasks t ON t.id = d.task"
                              " WHERE t.stage = %s", (c_stage,)).fetchone()[0] == 0
         assert set(expected.values()) == {"ready", "cancelled"}, "the draw exercised both outcomes"
+
+
+@pytest.mark.parametrize("first", ["enqueue", "finish"])
+def test_an_enqueue_after_a_task_that_ends_meanwhile_is_resolved_either_way(db: str, first: str):
+    """A producer enqueues a task after P while a worker finishes P, each in an open transaction:
+    whichever writes first, the other waits for its commit, and the new task ends up ready: the
+    finish sees the mark the enqueue left (and the edge), or the enqueue finds P in history."""
+    stage = f"race.{first}"
+    with psycopg.connect(db, autocommit=True) as admin, \
+            psycopg.connect(db, autocommit=True) as producer, psycopg.connect(db, autocommit=True) as worker:
+        p = admin.execute("SELECT queue.enqueue('{}', %s)", (stage,)).fetchone()[0]
+        taken = _take(worker, stage)
+        producer.execute("BEGIN")
+        worker.execute("BEGIN")
+        result: list[object] = []
+        if first == "enqueue":
+            child = producer.execute("SELECT queue.enqueue('{}', %s, after => %s)", (stage + ".c", [p])).fetchone()[0]
+            blocked, call = worker, lambda: result.append(worker.execute(
+                "SELECT queue.finish(%s, %s::uuid)", taken).fetchone()[0])
+        else:
+            assert worker.execute("SELECT queue.finish(%s, %s::uuid)", taken).fetchone()[0] is True
+            blocked, call = producer, lambda: result.append(producer.execute(
+                "SELECT queue.enqueue('{}', %s, after => %s)", (stage + ".c", [p])).fetchone()[0])
+        thread = threading.Thread(target=call)
+        thread.start()
+        _blocked(admin, blocked.info.backend_pid)
+        (producer if first == "enqueue" else worker).execute("COMMIT")
+        thread.join(DEADLINE)
+        assert not thread.is_alive()
+        blocked.execute("COMMIT")
+        if first == "finish":
+            child = result[0]
+        else:
+            assert result == [True]
+        assert admin.execute("SELECT status::text, waits FROM queue.live_tasks WHERE id = %s", (child,)).fetchone() == ("ready", 0)
+        assert admin.execute("SELECT count(*) FROM queue.dependencies WHERE task = %s", (child,)).fetchone()[0] == 0

@@ -145,6 +145,14 @@ def _int4(text: str) -> int:
     return value
 
 
+def _ids(text: str) -> list[int]:
+    """Task ids, comma-separated ("12,15,20")."""
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of task ids") from None
+
+
 def _positive(kind: Callable[[str], Any], zero: bool = False) -> Callable[[str], Any]:
     """A whole number above zero (or zero and above), with a message that names the option's kind."""
     def whole_number(text: str) -> Any:
@@ -224,6 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", help="idempotency key (one payload only; uses queue.enqueue)")
     p.add_argument("--mode", choices=["ignore", "rerun"], default="ignore",
                    help="with --key, when a live task has the key: keep it (ignore) or re-run it with the new payload")
+    p.add_argument("--after", type=_ids, metavar="ID,ID,...",
+                   help="each task waits until these tasks have ended (queue.enqueue(after => ...), one transaction)")
+    p.add_argument("--after-failed", choices=["cancel", "run"], default="cancel",
+                   help="with --after, when one of them ends fatal or cancelled: cancel the task (default) or run it anyway")
     p.add_argument("--batch", type=_positive(int), default=1000, help="payloads per enqueue_batch call (default 1000)")
     shown = p.add_mutually_exclusive_group()
     shown.add_argument("--ids", dest="print_ids", action="store_true", default=None,

@@ -1,6 +1,7 @@
 """`skiplock enqueue`: payloads from the arguments or JSON lines on stdin, in batches.
 
-One payload with --key goes through queue.enqueue (keys, modes); everything else through
+One payload with --key, and payloads with --after (tasks that wait for others, all in one
+transaction), go through queue.enqueue (keys, modes, after); everything else through
 queue.enqueue_batch, one call and one commit per --batch payloads, so a long load makes progress
 visible to workers as it goes. A line that is not JSON stops the load before its batch is sent.
 """
@@ -54,16 +55,23 @@ def run(url: str, args: argparse.Namespace) -> int:
     delay = args.delay
 
     with connect.connect(url) as conn:
-        if args.key is not None:
+        if args.key is not None or args.after is not None:
             items = list(payloads)
-            if len(items) != 1:
+            if args.key is not None and len(items) != 1:
                 err.print("skiplock enqueue: --key takes exactly one payload")
                 return 2
-            (task_id,) = one(conn.execute(
-                "SELECT queue.enqueue(payload => %s, stage => %s, priority => %s, "
-                "run_at => now() + %s::float8 * interval '1 second', key => %s, mode => %s)",
-                (Jsonb(items[0]), args.stage, args.priority, delay, args.key, args.mode)))
-            print(task_id if print_ids else 1)
+            try:
+                with conn.transaction():
+                    ids = [one(conn.execute(
+                        "SELECT queue.enqueue(payload => %s, stage => %s, priority => %s, "
+                        "run_at => now() + %s::float8 * interval '1 second', key => %s, mode => %s, "
+                        "after => %s, after_failed => %s)",
+                        (Jsonb(item), args.stage, args.priority, delay, args.key, args.mode, args.after,
+                         args.after_failed)))[0] for item in items]
+            except psycopg.Error as e:
+                err.print(f"skiplock enqueue: {describe_error(e)}; nothing was enqueued", markup=False)
+                return 1
+            print("\n".join(map(str, ids)) if print_ids else len(ids))
             return 0
 
         total = len(args.payloads) if from_args else None

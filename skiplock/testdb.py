@@ -30,7 +30,7 @@ TEMPLATE_ENV = "SKIPLOCK_TEST_TEMPLATE"
 # shipped table has none (PostgreSQL sets a CHECK up again for every statement that writes a row),
 # so the tests check every row they write instead (queue._live_row_ok, schema/tables/live_tasks.sql).
 LIVE_ROW_CHECK = ("ALTER TABLE queue.live_tasks ADD CONSTRAINT live_tasks_valid CHECK (queue._live_row_ok("
-                  "status, attempt, lease, lease_expires, started, rerun, repeat, slot, group_key))")
+                  "status, attempt, lease, lease_expires, started, rerun, repeat, slot, group_key, waits))")
 
 
 def prepare_template(admin_url: str) -> str:

@@ -30,6 +30,9 @@ BEGIN
             INSERT INTO queue.history
             SELECT (queue._history_row(task, 'fatal', _fail_attempt.attempt, _fail_attempt.worker, v_error,
                                        _fail_attempt.started, _fail_attempt.now)).*;
+            IF task.waits < 0 THEN  -- something waits for it
+                PERFORM queue._end_waits(task.id, 'fatal');
+            END IF;
         END IF;
         RETURN;
     END IF;

@@ -1,9 +1,9 @@
--- cancel(id, stage): an admin gives up on a live task (ready, error or running): it moves to queue.history
--- as 'cancelled'. A worker still running it finds its lease gone (finish and fail return false,
--- heartbeat raises SK001). For a periodic task this ends its schedule; its history keeps the runs.
+-- cancel(id, stage): an admin gives up on a live task (ready, error, waiting or running): it moves
+-- to queue.history as 'cancelled'; what waited for it is resolved (_end_waits). A worker still
+-- running it finds its lease gone (finish and fail return false, heartbeat raises SK001). For a periodic task this ends its schedule; its history keeps the runs.
 -- A task cancelled while it waits is recorded without a start, so its wait is not counted as run
 -- time. Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a finished task.
--- Locks the task's row; writes queue.live_tasks and queue.history.
+-- Locks the task's row; writes queue.live_tasks, queue.history (queue.dependencies via _end_waits).
 -- stage, when given, is the task's stage (routes the call on Citus); any other: P0002.
 CREATE OR REPLACE FUNCTION queue.cancel(id bigint, stage text DEFAULT NULL)
     RETURNS void
@@ -36,6 +36,9 @@ BEGIN
                                CASE WHEN v_task.status = 'running' THEN v_task.started END,
                                GREATEST(v_now, (SELECT pg_catalog.max(h.finished) FROM queue.history h
                                                  WHERE h.id = v_task.id AND h.stage = v_task.stage)))).*;
+    IF v_task.waits <> 0 THEN  -- it waits, or something waits for it
+        PERFORM queue._end_waits(v_task.id, 'cancelled');
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION queue.cancel(bigint, text) IS 'Cancels a live task (ready, error or running): moves it to queue.history as cancelled (a periodic task: its schedule ends); a worker running it loses its lease. Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a finished one.';

@@ -32,7 +32,7 @@ BEGIN
     -- The tables: the hot table's group first, the small ones copied to every node.
     FOREACH v_table IN ARRAY ARRAY['live_tasks', 'history', 'stage_waiters', 'rate_windows', 'finished_dropped',
                                    'stage_settings', 'stage_access', 'history_policy', 'schedules', 'fence_key',
-                                   'reaper_clock']
+                                   'reaper_clock', 'dependencies']
     LOOP
         EXECUTE pg_catalog.format('SELECT EXISTS (SELECT FROM pg_catalog.%I p WHERE p.logicalrelid = $1)', 'pg_dist_partition')
            INTO v_done USING pg_catalog.format('queue.%I', v_table)::regclass;
@@ -77,7 +77,7 @@ BEGIN
     FOR v_call IN
         SELECT f.fn::regprocedure AS fn, f.force,
                pg_catalog.array_position(p.proargnames, 'stage') - 1 AS arg
-          FROM (VALUES ('queue.enqueue(jsonb,text,integer,timestamptz,text,text,interval,boolean,text)', false),
+          FROM (VALUES ('queue.enqueue(jsonb,text,integer,timestamptz,text,text,interval,boolean,text,bigint[],text)', false),
                        ('queue.enqueue_batch(jsonb[],text,integer,timestamptz,text)', false),
                        ('queue.take_next(text,integer,interval,text)', true),
                        ('queue.take_locked(text,integer)', true),

@@ -11,8 +11,9 @@
 -- Commit the worker's own writes in the same transaction: they and the finish are one.
 -- Raises 22004 for a NULL id, 22023 for a long worker name or a scalar result, 54000 for a result
 -- over 1 MiB. Locks the task's row (already locked by take_locked); writes queue.live_tasks and
--- queue.history. stage, when given, is the task's stage (routes the call on Citus); any other:
--- false. The three-argument form is dropped first: calls without result resolve to this one.
+-- queue.history. A task something waits for (enqueue(after => …)) ends by _end_awaited, which
+-- resolves what waits for it. stage, when given, is the task's stage (routes the call on Citus);
+-- any other: false. The three-argument form is dropped first: calls without result resolve to this one.
 -- squawk-ignore ban-drop-function
 DROP FUNCTION IF EXISTS queue.finish_locked(bigint, text, text);
 CREATE OR REPLACE FUNCTION queue.finish_locked(id bigint, worker text DEFAULT NULL, stage text DEFAULT NULL,
@@ -52,6 +53,7 @@ BEGIN
            AND t.ctid = (SELECT l.ctid
                            FROM queue.live_tasks l
                           WHERE l.id = finish_locked.id AND l.status IN ('ready', 'error') AND l.repeat IS NULL
+                            AND l.waits = 0  -- -1, something waits for it: ended below by _end_awaited
                             AND (finish_locked.stage IS NULL OR l.stage = finish_locked.stage)
                             AND pg_catalog.strpos(v_held, queue._held_entry(
                                     pg_catalog.concat(v_key, '/', l.attempt + 1, '/', EXTRACT(epoch FROM l.run_at)),
@@ -69,7 +71,7 @@ BEGIN
 
     SELECT t.* INTO v_task
       FROM queue.live_tasks t
-     WHERE t.id = finish_locked.id AND t.status IN ('ready', 'error') AND t.repeat IS NOT NULL
+     WHERE t.id = finish_locked.id AND t.status IN ('ready', 'error') AND (t.repeat IS NOT NULL OR t.waits < 0)
        AND (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
        AND pg_catalog.strpos(v_held, queue._held_entry(
                pg_catalog.concat(v_key, '/', t.attempt + 1, '/', EXTRACT(epoch FROM t.run_at)),
@@ -78,12 +80,18 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;  -- not taken here, another transaction's, ended, or changed since (a re-run)
     END IF;
-    -- A periodic task: record this run, re-arm the same row for the next one, struck out of the record.
+    -- A periodic task: record this run, re-arm the same row for the next one, struck out of the record;
+    -- a task something waits for: done, and what waits for it resolved.
     v_entry := queue._held_entry(pg_catalog.concat(v_key, '/', v_task.attempt + 1, '/', EXTRACT(epoch FROM v_task.run_at)),
                                  pg_catalog.pg_current_xact_id(), v_task.id);
     PERFORM pg_catalog.set_config('skiplock.held', pg_catalog.replace(v_held, v_entry, ''), true);
-    PERFORM queue._rearm(v_task, 'done', v_task.attempt + 1, finish_locked.worker, v_task.error_text,
-                         pg_catalog.now(), v_now, finish_locked.result);
+    IF v_task.repeat IS NULL THEN
+        PERFORM queue._end_awaited(v_task, 'done', v_task.attempt + 1, finish_locked.worker, v_task.error_text,
+                                   pg_catalog.now(), v_now, finish_locked.result);
+    ELSE
+        PERFORM queue._rearm(v_task, 'done', v_task.attempt + 1, finish_locked.worker, v_task.error_text,
+                             pg_catalog.now(), v_now, finish_locked.result);
+    END IF;
     RETURN true;
 END
 $$;

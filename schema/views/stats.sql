@@ -1,6 +1,6 @@
 CREATE OR REPLACE VIEW queue.stats AS
 SELECT t.stage, t.status::text::queue.task_status AS status, pg_catalog.count(*) AS tasks,
-       pg_catalog.count(*) FILTER (WHERE t.status <> 'running' AND t.run_at <= pg_catalog.now()) AS due,
+       pg_catalog.count(*) FILTER (WHERE t.status <> 'running' AND t.waits <= 0 AND t.run_at <= pg_catalog.now()) AS due,
        pg_catalog.now() - pg_catalog.min(t.created) AS oldest_age,
        pg_catalog.min(t.run_at) AS next_run_at,
        pg_catalog.count(*) FILTER (WHERE t.status = 'running' AND t.lease_expires < pg_catalog.now()) AS lease_expired
@@ -14,7 +14,7 @@ COMMENT ON VIEW queue.stats IS 'Tasks per stage and status: count, how many are 
 COMMENT ON COLUMN queue.stats.stage IS 'Stage.';
 COMMENT ON COLUMN queue.stats.status IS 'Status.';
 COMMENT ON COLUMN queue.stats.tasks IS 'Number of tasks (finished statuses: rows in retained history).';
-COMMENT ON COLUMN queue.stats.due IS 'Waiting tasks whose run_at has come: the backlog workers could take now.';
+COMMENT ON COLUMN queue.stats.due IS 'Ready or failed tasks whose run_at has come: the backlog workers could take now.';
 COMMENT ON COLUMN queue.stats.oldest_age IS 'now() minus the creation time of the oldest task in the group.';
 COMMENT ON COLUMN queue.stats.next_run_at IS 'Earliest run_at in the group (live statuses only).';
 COMMENT ON COLUMN queue.stats.lease_expired IS 'Running tasks whose lease ran out: reap_hung() will recover them.';

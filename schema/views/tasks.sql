@@ -1,17 +1,19 @@
 CREATE OR REPLACE VIEW queue.tasks AS
 SELECT t.id, t.stage, t.status::text::queue.task_status AS status, t.priority, t.payload, t.key, t.attempt, t.run_at, t.error_text,
        t.created, t.updated, t.started, NULL::timestamptz AS finished, t.worker, t.lease_expires,
-       t.group_key, t.repeat, t.run_as, NULL::jsonb AS result, t.progress
+       t.group_key, t.repeat, t.run_as, NULL::jsonb AS result, t.progress,
+       CASE WHEN t.waits > 0 THEN ARRAY(SELECT d.after FROM queue.dependencies d WHERE d.task = t.id ORDER BY d.after)
+       END AS waits_for
   FROM queue.live_tasks t
 UNION ALL
 SELECT h.id, h.stage, h.status, h.priority, h.payload, h.key, h.attempt, h.run_at, h.error_text,
        h.created, h.finished AS updated, h.started, h.finished, h.worker, NULL::timestamptz AS lease_expires,
-       h.group_key, NULL::interval AS repeat, h.run_as, h.result, NULL::jsonb AS progress
+       h.group_key, NULL::interval AS repeat, h.run_as, h.result, NULL::jsonb AS progress, NULL::bigint[] AS waits_for
   FROM queue.history h;
 COMMENT ON VIEW queue.tasks IS 'Every task, live (queue.live_tasks) or finished (queue.history): look one up by id. A task that moved through stages has a finished row per stage it completed; a periodic task has a finished row per run and one live row for its next run.';
 COMMENT ON COLUMN queue.tasks.id IS 'Task id.';
 COMMENT ON COLUMN queue.tasks.stage IS 'Stage of this row.';
-COMMENT ON COLUMN queue.tasks.status IS 'ready, running, error (retry scheduled), done, fatal or cancelled.';
+COMMENT ON COLUMN queue.tasks.status IS 'ready, running, error (retry scheduled), waiting (for the tasks in waits_for), done, fatal or cancelled.';
 COMMENT ON COLUMN queue.tasks.priority IS 'Lower runs first.';
 COMMENT ON COLUMN queue.tasks.payload IS 'The work, as enqueued.';
 COMMENT ON COLUMN queue.tasks.key IS 'Idempotency key, if any.';
@@ -29,5 +31,6 @@ COMMENT ON COLUMN queue.tasks.repeat IS 'Interval of a periodic task (live row o
 COMMENT ON COLUMN queue.tasks.run_as IS 'SQL tasks (enqueue_sql): the role that enqueued it and that the request runs as; NULL for ordinary tasks.';
 COMMENT ON COLUMN queue.tasks.result IS 'Finished rows: what a done run returned, finish(…, result => …); for SQL tasks the response ({"columns": …, "rows": …, "row_count"}, or {"command": …, "row_count"}). NULL otherwise.';
 COMMENT ON COLUMN queue.tasks.progress IS 'Live rows: the latest progress a worker reported, heartbeat(…, progress => …); NULL for none and for finished rows.';
+COMMENT ON COLUMN queue.tasks.waits_for IS 'A waiting task: the ids of the tasks it still waits for (enqueue(after => …)); NULL otherwise.';
 REVOKE ALL ON queue.tasks FROM PUBLIC;
 GRANT SELECT ON queue.tasks TO skiplock_monitor, skiplock_admin;

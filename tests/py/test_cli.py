@@ -117,6 +117,22 @@ def test_enqueue_key_priority_and_delay(url: str, conn: psycopg.Connection) -> N
                         "WHERE stage = 'cli.key'").fetchall() == [(-3, True, {"v": 1})]
 
 
+def test_enqueue_after_waits_for_the_tasks_given(url: str, conn: psycopg.Connection) -> None:
+    parents = [int(x) for x in run(url, "enqueue", "-s", "cli.parent", "{}", "{}").stdout.split()]
+    proc = run(url, "enqueue", "-s", "cli.child", "--after", ",".join(map(str, parents)), "--after-failed", "run",
+               '{"c": 1}', '{"c": 2}')
+    assert proc.returncode == 0, proc.stderr
+    children = [int(x) for x in proc.stdout.split()]
+    assert conn.execute("SELECT array_agg(status::text ORDER BY id), array_agg(waits_for ORDER BY id) FROM queue.tasks"
+                        " WHERE stage = 'cli.child'").fetchone() == (["waiting", "waiting"], [parents, parents])
+    assert conn.execute("SELECT bool_and(run_if_failed) FROM queue.dependencies WHERE task = ANY(%s)",
+                        (children,)).fetchone()[0] is True
+    unknown = run(url, "enqueue", "-s", "cli.child", "--after", "999999999", "{}")
+    assert unknown.returncode == 1 and "P0002" in unknown.stderr and "nothing was enqueued" in unknown.stderr
+    bad = run(url, "enqueue", "-s", "cli.child", "--after", "1,x", "{}")
+    assert bad.returncode == 2 and "comma-separated" in bad.stderr
+
+
 def test_enqueue_rejects_bad_input(url: str, conn: psycopg.Connection) -> None:
     proc = run(url, "enqueue", "-s", "cli.bad", input='{"ok": 1}\nnot json\n')
     assert proc.returncode == 2 and "line 2" in proc.stderr

@@ -3,11 +3,13 @@ each on its own connection, checked step by step against a small Python model of
 
 Rules: enqueue (with and without key, modes 'ignore' and 'rerun'), take_next (batches), finish,
 finish with next_stage, fail (retry_in 0 and fatal), heartbeat, reap_hung (after expiring a lease
-by UPDATE as superuser), cancel, retry, set_priority. Leases handed out stay in a pool, so stale
+by UPDATE as superuser), cancel, retry, set_priority, and enqueue(after => ids, after_failed) of
+tasks that wait for others (live, moved on, or already ended), resolved by whatever ends them. Leases handed out stay in a pool, so stale
 ones are presented too (finish/fail must return false, heartbeat must raise SK001).
 
 Invariants after every step: each live task's stage, status, attempt, lease, key and rerun flag
-equal the model's; each task's finished rows (stage, status, attempt) equal the model's (so no
+equal the model's; what each waiting task still waits for (queue.dependencies, live_tasks.waits)
+equals the model's; each task's finished rows (stage, status, attempt) equal the model's (so no
 task is done twice and nothing appears or vanishes); every return value and SQLSTATE equals the
 model's prediction.
 
@@ -67,12 +69,14 @@ class Task:
     id: int
     stage: str
     key: str | None
-    status: str = "ready"          # ready, running, error (live) — finished tasks are in .history only
+    status: str = "ready"          # ready, running, error, waiting (live) — finished tasks are in .history only
     attempt: int = 0
     lease: str | None = None
     rerun: bool = False
     live: bool = True
     history: list[tuple[str, str, int]] = field(default_factory=list)  # (stage, status, attempt)
+    waits: set[int] = field(default_factory=set)   # ids it still waits for (status 'waiting')
+    policy: str = "cancel"                         # after_failed
 
 
 def sqlstate(call) -> tuple[str, Any]:
@@ -93,7 +97,7 @@ class QueueMachine(RuleBasedStateMachine):
         if not QueueMachine.conns:
             QueueMachine.conns = [psycopg.connect(self.url, autocommit=True) for _ in range(WORKERS + 1)]
         self.admin = QueueMachine.conns[-1]
-        self.admin.execute("TRUNCATE queue.live_tasks, queue.history")
+        self.admin.execute("TRUNCATE queue.live_tasks, queue.history, queue.dependencies")
         self.tasks: dict[int, Task] = {}
         self.leases: list[tuple[int, str]] = []   # every (id, lease) handed out, current or stale
         self.finished_true: Counter = Counter()  # (id, lease) pairs whose finish/fail returned true
@@ -114,7 +118,17 @@ class QueueMachine(RuleBasedStateMachine):
 
     def end(self, t: Task, status: str) -> None:
         t.history.append((t.stage, status, t.attempt))
-        t.live, t.lease, t.rerun = False, None, False
+        t.live, t.lease, t.rerun, t.waits = False, None, False, set()
+        # What waited for it: counts down, or is cancelled after a failure under 'cancel'.
+        for w in sorted(self.live(), key=lambda w: w.id):
+            if w.live and t.id in w.waits:
+                w.waits.discard(t.id)
+                if status != "done" and w.policy == "cancel":
+                    self.seen["cancelled by what it waited for"] += 1
+                    self.end(w, "cancelled")
+                elif not w.waits:
+                    self.seen["ready by the last end it waited for"] += 1
+                    w.status = "ready"
 
     def requeue_rerun(self, t: Task) -> None:
         t.status, t.attempt, t.lease, t.rerun = "ready", 0, None, False
@@ -151,8 +165,41 @@ class QueueMachine(RuleBasedStateMachine):
             if existing.status == "running":
                 self.seen["rerun while running"] += 1
                 existing.rerun = True
+            elif existing.status == "waiting":
+                self.seen["rerun while waiting"] += 1
             else:
                 existing.status, existing.attempt = "ready", 0
+
+    @rule(stage=st.sampled_from([A, B]), key=st.sampled_from(KEYS), picks=st.lists(st.integers(0, 10**6), min_size=1, max_size=3),
+          policy=st.sampled_from(["cancel", "run"]), cancel=st.integers(0, 3))
+    def enqueue_after(self, stage: str, key: str | None, picks: list[int], policy: str, cancel: int) -> None:
+        """A task that waits for up to three known tasks: live ones (running, waiting, moved on) and
+        ended ones, resolved from history at once. One time in four, an admin then cancels the
+        first waiting task (its edges go; what waits for it follows)."""
+        self._enqueue_after(stage, key, picks, policy)
+        waiting = sorted(t.id for t in self.live() if t.status == "waiting")
+        if cancel == 0 and waiting:
+            self.cancel_id(waiting[0])
+
+    def _enqueue_after(self, stage: str, key: str | None, picks: list[int], policy: str) -> None:
+        after = sorted({sorted(self.tasks)[i % len(self.tasks)] for i in picks})
+        got = self.admin.execute("SELECT queue.enqueue('{}'::jsonb, %s, key => %s, after => %s, after_failed => %s)",
+                                 (stage, key, after, policy)).fetchone()[0]
+        existing = self.by_key(stage, key)
+        if existing is not None:
+            assert got == existing.id
+            return
+        assert got not in self.tasks
+        t = self.tasks[got] = Task(got, stage, key, status="waiting", policy=policy)
+        ended = [self.tasks[a].history[-1][1] for a in after if not self.tasks[a].live]
+        t.waits = {a for a in after if self.tasks[a].live}
+        if ended:
+            self.seen["enqueue after an ended task"] += 1
+        if policy == "cancel" and any(status != "done" for status in ended):
+            self.seen["cancelled at enqueue"] += 1
+            self.end(t, "cancelled")
+        elif not t.waits:
+            t.status = "ready"
 
     @rule(worker=st.integers(0, WORKERS - 1), stage=st.sampled_from([A, B]), batch=st.integers(1, 4))
     def take_next(self, worker: int, stage: str, batch: int) -> None:
@@ -355,6 +402,11 @@ class QueueMachine(RuleBasedStateMachine):
         expected = [(t.id, t.stage, t.status, t.attempt, t.lease, t.key, t.rerun)
                     for t in sorted(self.live(), key=lambda t: t.id)]
         assert live == expected
+        waits = self.admin.execute("SELECT t.id, greatest(t.waits, 0), coalesce(q.waits_for, '{}') FROM queue.live_tasks t"
+                                   " JOIN queue.tasks q ON q.id = t.id AND q.finished IS NULL ORDER BY t.id").fetchall()
+        assert waits == [(t.id, len(t.waits), sorted(t.waits)) for t in sorted(self.live(), key=lambda t: t.id)]
+        edges = self.admin.execute("SELECT count(*) FROM queue.dependencies").fetchone()[0]
+        assert edges == sum(len(t.waits) for t in self.live())
         history = self.admin.execute("SELECT id, stage, status::text, attempt FROM queue.history"
                                      " ORDER BY id, finished, stage").fetchall()
         expected_history = [(t.id, *h) for t in sorted(self.tasks.values(), key=lambda t: t.id) for h in t.history]
@@ -388,5 +440,6 @@ def test_queue_follows_its_model(model_db: str):
     # The run must have gone where the bugs would be, or it proved little.
     must = ["stale finish", "stale fail", "heartbeat SK001", "finish done", "finish to next stage",
             "finish of a rerun", "fail fatal", "fail out of attempts", "fail retried", "reaped", "rerun while running",
-            "retry from history", "cancel running"]
+            "retry from history", "cancel running", "enqueue after an ended task", "cancelled at enqueue",
+            "cancelled by what it waited for", "ready by the last end it waited for", "cancel waiting"]
     assert not [b for b in must if not seen[b]], f"branches never exercised: {[b for b in must if not seen[b]]}"

@@ -20,7 +20,7 @@ SELECT set_eq(
         'queue.consume(text,integer)',
         'queue.consume(text[],integer)',
         'queue.distribute()',
-        'queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text,interval,boolean,text)',
+        'queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text,interval,boolean,text,bigint[],text)',
         'queue.enqueue_batch(jsonb[],text,integer,timestamp with time zone,text)',
         'queue.enqueue_sql(text,text,timestamp with time zone,interval,integer,text,text,interval,boolean,integer,boolean)',
         'queue.fail(bigint,uuid,text,boolean,interval,text)',
@@ -104,7 +104,7 @@ SELECT is_empty(
          AND NOT (p.oid IN ('queue._held_entry(text,xid8,bigint)'::regprocedure,
                             'queue._history_row(queue.live_tasks,queue.task_status,integer,text,text,timestamptz,timestamptz,jsonb)'::regprocedure,
                             'queue._settings(text)'::regprocedure,
-                            'queue._live_row_ok(queue.task_status_live,integer,uuid,timestamptz,timestamptz,boolean,interval,timestamptz,text)'::regprocedure)
+                            'queue._live_row_ok(queue.task_status_live,integer,uuid,timestamptz,timestamptz,boolean,interval,timestamptz,text,integer)'::regprocedure)
                   AND p.proconfig IS NULL)
          -- _mark_waiting never waits long: a take that finds its stage empty calls it.
          AND NOT (p.oid = 'queue._mark_waiting(text)'::regprocedure
@@ -213,7 +213,7 @@ SELECT set_eq(
         FROM pg_catalog.pg_proc p
        WHERE p.pronamespace = 'queue'::regnamespace AND p.proname !~ '^_'
          AND pg_catalog.has_function_privilege('skiplock_producer', p.oid, 'EXECUTE')$$,
-    ARRAY['queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text,interval,boolean,text)',
+    ARRAY['queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text,interval,boolean,text,bigint[],text)',
           'queue.enqueue_batch(jsonb[],text,integer,timestamp with time zone,text)'],
     'skiplock_producer may execute enqueue and enqueue_batch and nothing else'
 );

@@ -1,14 +1,18 @@
--- enqueue(payload, stage, priority, run_at, key, mode, repeat, drift, group_key): add a task and
--- return its id. key is optional, unique among the live tasks of the stage; when it names one, mode
--- 'ignore' (default) returns that id unchanged, and mode 'rerun' gives a waiting task the new
--- payload, priority, run_at, repeat and drift from attempt 0, or queues a running one again with
--- them when its attempt ends (stage and group_key stay). repeat (at least 1 second, no negative
--- part) makes the task periodic: each finish records the run and re-arms it; cancel() ends it.
--- drift (default true) plans the next run from this run's slot, skipping missed ones; false, from
--- the run's end. group_key (1 to 200 characters) counts it against the stage's group_limit.
+-- enqueue(payload, stage, priority, run_at, key, mode, repeat, drift, group_key, after, after_failed):
+-- add a task, return its id. key is optional, unique among the live tasks of the stage; when it
+-- names one, mode 'ignore' (default) returns that id unchanged, and mode 'rerun' gives a task not
+-- running the new payload, priority, run_at, repeat and drift from attempt 0 (one that waits for
+-- others goes on waiting), or queues a running one again with them when its attempt ends. repeat
+-- (at least 1 second, no negative part) makes the task periodic: each finish records the run and
+-- re-arms it; drift (default true) plans the next run from this run's slot, false from its end.
+-- group_key (1 to 200 characters) counts it against the stage's group_limit. after (ids) makes it
+-- wait until those tasks have ended; after_failed: 'cancel' (default) or 'run' (_enqueue_after).
 -- Raises 22004/22023/54000 for bad arguments, 42501 for a restricted stage (grant_stage) the caller
 -- may not enqueue into, or for mode 'rerun' on an SQL task's key. Writes queue.live_tasks; NOTIFY
 -- skiplock.<stage> while a worker waits (stage_waiters), unless the stage turned it off.
+-- The nine-argument enqueue is dropped first, so that its calls resolve to this one.
+-- squawk-ignore ban-drop-function
+DROP FUNCTION IF EXISTS queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text);
 CREATE OR REPLACE FUNCTION queue.enqueue(
         payload   jsonb,
         stage     text        DEFAULT 'default',
@@ -18,7 +22,9 @@ CREATE OR REPLACE FUNCTION queue.enqueue(
         mode      text        DEFAULT 'ignore',
         repeat    interval    DEFAULT NULL,
         drift     boolean     DEFAULT true,
-        group_key text        DEFAULT NULL)
+        group_key text        DEFAULT NULL,
+        after     bigint[]    DEFAULT NULL,
+        after_failed text     DEFAULT 'cancel')
     RETURNS bigint
     LANGUAGE plpgsql
     VOLATILE
@@ -100,6 +106,11 @@ BEGIN
         PERFORM queue._check_access(enqueue.stage, 'enqueue');
     END IF;
     -- </producer access>
+    IF enqueue.after IS NOT NULL THEN
+        RETURN queue._enqueue_after(enqueue.payload, enqueue.stage, enqueue.priority, v_run_at, enqueue.key,
+                                    enqueue.mode, enqueue.repeat, enqueue.group_key, enqueue.after,
+                                    enqueue.after_failed);
+    END IF;
 
     IF enqueue.key IS NULL THEN
         INSERT INTO queue.live_tasks AS t (stage, priority, run_at, payload, created, updated,
@@ -137,10 +148,11 @@ BEGIN
                repeat     = excluded.repeat,
                drift      = excluded.drift,
                slot       = excluded.slot,
-               -- a running task finishes its attempt first; a waiting one starts over now
+               -- a running task finishes its attempt first; a ready or failed one starts over now;
+               -- one that waits for others (after) goes on waiting
                rerun      = (t.status = 'running'),
                attempt    = CASE WHEN t.status = 'running' THEN t.attempt ELSE 0 END,
-               status     = CASE WHEN t.status = 'running' THEN t.status ELSE 'ready' END,
+               status     = CASE WHEN t.status IN ('running', 'waiting') THEN t.status ELSE 'ready' END,
                error_text = CASE WHEN t.status = 'running' THEN t.error_text END
          -- an SQL task's request is its payload: only enqueue_sql, as its role, may replace it
          WHERE t.run_as IS NULL
@@ -168,6 +180,6 @@ BEGIN
     RETURN v_id;
 END
 $$;
-COMMENT ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text) IS 'Adds a task to a stage and returns its id. With a key, a live task of that key is kept (mode ''ignore'') or re-run with the new values (mode ''rerun''). repeat/drift make it periodic; group_key counts against group_limit. 42501 for a restricted stage.';
-REVOKE ALL ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text) TO skiplock_producer, skiplock_admin;
+COMMENT ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text, bigint[], text) IS 'Adds a task to a stage, returns its id. A live task of the same key is kept (mode ''ignore'') or re-run with the new values (''rerun''). repeat/drift: periodic; group_key: group_limit; after => ids: waits until they end. 42501: restricted stage.';
+REVOKE ALL ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text, bigint[], text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text, bigint[], text) TO skiplock_producer, skiplock_admin;

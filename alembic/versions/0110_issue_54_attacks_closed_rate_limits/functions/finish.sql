@@ -9,7 +9,8 @@
 -- Raises 22004 for a NULL id or lease; 22023 for a bad next_stage, one for a periodic task, or a
 -- scalar result; 54000 for a result over 1 MiB; 42501 for a restricted next_stage without the
 -- enqueue right; SK002 when a live task of next_stage has the key. Locks the task's row; writes
--- queue.live_tasks and queue.history; a task due at once wakes its stage's waiting workers.
+-- queue.live_tasks and queue.history; a task due at once wakes its stage's waiting workers. A
+-- task something waits for (enqueue(after => …)) ends by _end_awaited, which resolves its waiters.
 -- stage, when given, is the task's current stage (routes the call on Citus); any other: false.
 -- The four-argument form is dropped first, so that calls without result resolve to this one.
 -- squawk-ignore ban-drop-function
@@ -45,6 +46,7 @@ BEGIN
         WITH done AS (
             DELETE FROM queue.live_tasks t
              WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NULL
+               AND t.waits = 0  -- -1, something waits for it: ended below by _end_awaited
                AND (finish.stage IS NULL OR t.stage = finish.stage)
             RETURNING t.*
         )
@@ -57,15 +59,21 @@ BEGIN
             RETURN true;
         END IF;
 
-        -- A periodic task: record this run, re-arm the same row for the next one.
+        -- A periodic task: record this run, re-arm the same row for the next one. A task something
+        -- waits for: done, and what waits for it resolved.
         SELECT t.* INTO v_task
           FROM queue.live_tasks t
-         WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NOT NULL
+         WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND (t.repeat IS NOT NULL OR t.waits < 0)
            AND (finish.stage IS NULL OR t.stage = finish.stage)
            FOR UPDATE;
         IF FOUND THEN
-            PERFORM queue._rearm(v_task, 'done', v_task.attempt, v_task.worker, v_task.error_text, v_task.started, v_now,
-                                 finish.result);
+            IF v_task.repeat IS NULL THEN
+                PERFORM queue._end_awaited(v_task, 'done', v_task.attempt, v_task.worker, v_task.error_text, v_task.started, v_now,
+                                           finish.result);
+            ELSE
+                PERFORM queue._rearm(v_task, 'done', v_task.attempt, v_task.worker, v_task.error_text, v_task.started, v_now,
+                                     finish.result);
+            END IF;
             RETURN true;
         END IF;
     ELSE
@@ -85,10 +93,10 @@ BEGIN
                 RETURNING t.*
             ), moved AS (
                 INSERT INTO queue.live_tasks (id, stage, status, priority, run_at, payload, key, attempt,
-                                              created, updated, drift, group_key, run_as)
+                                              created, updated, drift, group_key, run_as, waits)
                 OVERRIDING SYSTEM VALUE
                 SELECT c.id, finish.next_stage, 'ready', c.priority, v_now, coalesce(finish.result, c.payload), c.key, 0,
-                       c.created, v_now, c.drift, c.group_key, c.run_as
+                       c.created, v_now, c.drift, c.group_key, c.run_as, c.waits
                   FROM cur c
             )
             INSERT INTO queue.history

@@ -1,16 +1,17 @@
--- The hot table: only tasks that can still run (ready, running, error). A task that reaches a
+-- The hot table: only tasks that can still run (ready, running, error, waiting). A task that reaches a
 -- final state moves to queue.history in the same statement, so this table and its indexes stay
 -- the size of the backlog, not of everything ever processed.
 -- _live_row_ok(…): the invariants of a live task: attempt not negative; running exactly when it
 -- has a lease, its expiry and its start; rerun only while running; a periodic task (repeat of 1
--- second or more) has a slot, a one-off none; a group_key of 1 to 200 characters. Not a CHECK of
+-- second or more) has a slot, a one-off none; a group_key of 1 to 200 characters; waits -1 or more,
+-- waiting exactly when above 0, and then one-off, never run. Not a CHECK of
 -- the shipped table: PostgreSQL sets a CHECK up again for every statement that writes a row (72 k
 -- instructions an enqueue, a sixth of it), and only the queue's functions write this table. The
 -- test suite adds it as the CHECK live_tasks_valid to every database it tests (skiplock.testdb), so
 -- every row the tests write is checked; `WHERE NOT queue._live_row_ok(…)` audits a live database.
 CREATE FUNCTION queue._live_row_ok(status queue.task_status_live, attempt integer, lease uuid,
                                    lease_expires timestamptz, started timestamptz, rerun boolean,
-                                   repeat interval, slot timestamptz, group_key text)
+                                   repeat interval, slot timestamptz, group_key text, waits integer)
     RETURNS boolean
     LANGUAGE plpgsql
     IMMUTABLE
@@ -20,11 +21,13 @@ BEGIN
        AND (status = 'running') = (lease IS NOT NULL AND lease_expires IS NOT NULL AND started IS NOT NULL)
        AND (NOT rerun OR status = 'running')
        AND (repeat IS NULL) = (slot IS NULL) AND (repeat IS NULL OR repeat >= interval '1 second')
-       AND (group_key IS NULL OR (group_key <> '' AND pg_catalog.length(group_key) <= 200));
+       AND (group_key IS NULL OR (group_key <> '' AND pg_catalog.length(group_key) <= 200))
+       AND waits >= -1 AND (status = 'waiting') = (waits > 0)
+       AND (status <> 'waiting' OR (attempt = 0 AND repeat IS NULL));
 END
 $$;
-COMMENT ON FUNCTION queue._live_row_ok(queue.task_status_live, integer, uuid, timestamptz, timestamptz, boolean, interval, timestamptz, text) IS 'Internal: the invariants of a live task. queue.live_tasks ships without a CHECK (only the queue''s functions write it); the test suite adds one calling this. Audit: SELECT id FROM queue.live_tasks WHERE NOT queue._live_row_ok(its columns).';
-REVOKE ALL ON FUNCTION queue._live_row_ok(queue.task_status_live, integer, uuid, timestamptz, timestamptz, boolean, interval, timestamptz, text) FROM PUBLIC;
+COMMENT ON FUNCTION queue._live_row_ok(queue.task_status_live, integer, uuid, timestamptz, timestamptz, boolean, interval, timestamptz, text, integer) IS 'Internal: the invariants of a live task. queue.live_tasks ships without a CHECK (only the queue''s functions write it); the test suite adds one calling this. Audit: SELECT id FROM queue.live_tasks WHERE NOT queue._live_row_ok(its columns).';
+REVOKE ALL ON FUNCTION queue._live_row_ok(queue.task_status_live, integer, uuid, timestamptz, timestamptz, boolean, interval, timestamptz, text, integer) FROM PUBLIC;
 
 CREATE TABLE queue.live_tasks (
     id             bigint            NOT NULL GENERATED ALWAYS AS IDENTITY,
@@ -51,6 +54,9 @@ CREATE TABLE queue.live_tasks (
     group_key      text,
     run_as         regrole,
     progress       jsonb,
+    -- Dependencies in one column (each column costs every statement that reads the whole row):
+    -- above 0, waiting for that many tasks; -1, some task waits for this one; 0, neither.
+    waits          integer           NOT NULL DEFAULT 0,  -- -1 or more, waiting exactly above 0: queue._live_row_ok
     -- The stage is in the key so that the table can be distributed by stage (Citus); the identity
     -- alone keeps ids unique, and id leads, so a lookup by id alone still probes this index.
     CONSTRAINT live_tasks_pkey PRIMARY KEY (id, stage)
@@ -70,10 +76,10 @@ CREATE INDEX live_tasks_running ON queue.live_tasks (stage, group_key, lease_exp
 CREATE UNIQUE INDEX live_tasks_stage_key ON queue.live_tasks (stage, key)
     WHERE key IS NOT NULL;
 
-COMMENT ON TABLE queue.live_tasks IS 'Tasks that can still run (ready, running, error): the hot table take_next scans. Finished tasks are in queue.history; read both through queue.tasks.';
+COMMENT ON TABLE queue.live_tasks IS 'Tasks that can still run (ready, running, error, waiting): the hot table take_next scans. Finished tasks are in queue.history; read both through queue.tasks.';
 COMMENT ON COLUMN queue.live_tasks.id IS 'Task id, kept for the task''s whole life (also in queue.history).';
 COMMENT ON COLUMN queue.live_tasks.stage IS 'Stage (queue) the task waits in; take_next(stage) takes from one stage; finish(next_stage => …) moves it on.';
-COMMENT ON COLUMN queue.live_tasks.status IS 'ready, running or error (a retry is scheduled at run_at).';
+COMMENT ON COLUMN queue.live_tasks.status IS 'ready, running, error (a retry is scheduled at run_at) or waiting (for the tasks of queue.dependencies to end).';
 COMMENT ON COLUMN queue.live_tasks.priority IS 'Lower runs first; may be changed while the task waits (queue.set_priority).';
 COMMENT ON COLUMN queue.live_tasks.run_at IS 'Earliest time the task may be taken: planned time, or the time of the next retry.';
 COMMENT ON COLUMN queue.live_tasks.payload IS 'The work to do, a JSON object or array, handed to the worker as is.';
@@ -93,3 +99,4 @@ COMMENT ON COLUMN queue.live_tasks.slot IS 'Periodic tasks: the planned time of 
 COMMENT ON COLUMN queue.live_tasks.group_key IS 'Optional group (tenant, user, document) for the stage''s group_limit: at most that many tasks of one group run at once. 1 to 200 characters, or NULL for none.';
 COMMENT ON COLUMN queue.live_tasks.run_as IS 'SQL tasks (enqueue_sql): the role that enqueued it; run_sql_tasks runs the request as this role. NULL for ordinary tasks. Set only by enqueue_sql, so no producer can make a task run as another role.';
 COMMENT ON COLUMN queue.live_tasks.progress IS 'The latest progress a worker reported, heartbeat(…, progress => …): a JSON object or array of at most 1 MiB. Kept when an attempt fails or is released, cleared when the task moves to another stage or re-arms.';
+COMMENT ON COLUMN queue.live_tasks.waits IS 'Above 0: waiting for that many live tasks (enqueue(after => …)), ready when the last ends. -1: a task waits for this one, whose end resolves queue.dependencies (_end_waits). 0: neither.';

@@ -23,7 +23,7 @@ AS $$
 DECLARE
     v_now     timestamptz := pg_catalog.now();
     v_after   bigint[];
-    v_live    bigint[] := '{}';
+    v_live    bigint[] := ARRAY[]::bigint[];
     v_found   bigint[];
     v_missing bigint[];
     v_failed  bigint;

@@ -33,6 +33,7 @@ SELECT set_eq(
         'queue.grant_stage(text,regrole,boolean,boolean)',
         'queue.heartbeat(bigint,uuid,interval,text,jsonb)',
         'queue.maintain(timestamp with time zone)',
+        'queue.maintain_now()',
         'queue.reap_hung()',
         'queue.release(bigint,uuid,interval,text)',
         'queue.retry(bigint,text)',

@@ -13,19 +13,19 @@ demo: venv
 
 ## test: lint, then pgTAP (pg_prove) and pytest against a throwaway cluster; never DATABASE_URL (TEST_ARGS go to pytest)
 test: system-packages venv
-	$(PY) -m skiplock.testrun $(TEST_ARGS)
+	$(PY) -m dev.testrun $(TEST_ARGS)
 
 ## test-citus: Citus scale-out tests on a coordinator + two workers; builds Citus from ../shared/citus/ when citus.so is absent
 test-citus: venv
-	$(PY) -m skiplock.citus $(TEST_ARGS)
+	$(PY) -m dev.citus $(TEST_ARGS)
 
 ## citus: build and install Citus from ../shared/citus/ when citus.so is absent (then `make test` runs its tests)
 citus: venv
-	$(PY) -m skiplock.citus --build-only
+	$(PY) -m dev.citus --build-only
 
-## lint: ruff (all Python) and mypy (skiplock/), as configured in pyproject.toml; `make test` runs it first
+## lint: ruff (all Python) and mypy (skiplock/, dev/), as configured in pyproject.toml; `make test` runs it first
 lint: venv
-	$(PY) -m skiplock.lint
+	$(PY) -m dev.lint
 
 ## docs: docs/reference.md from the catalog of a throwaway database migrated to head (skiplock docs)
 docs: venv
@@ -82,14 +82,14 @@ profile: venv
 
 ## revision: freeze what changed in schema/ into a new migration: make revision m="what changed"
 revision: venv
-	$(PY) -m skiplock.revision -m "$(m)"
+	$(PY) -m dev.revision -m "$(m)"
 
 ## baseline: rewrite the history as one revision generated from schema/ (refused once 0.1.0 is released)
 baseline: venv
-	$(PY) -m skiplock.revision --baseline
+	$(PY) -m dev.revision --baseline
 
 check-schema: venv
-	$(PY) -m skiplock.revision --check
+	$(PY) -m dev.revision --check
 
 # Debian packages the tests need, installed only when missing (root, or sudo when not root).
 # Node.js (for the Node client's tests) counts as present when node and npm are on PATH, whoever installed them.

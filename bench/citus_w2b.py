@@ -19,7 +19,8 @@ from pathlib import Path
 
 import psycopg
 
-from skiplock import citus, devdb, migrate
+from dev import citus
+from skiplock import devdb, migrate
 
 SCRIPT = """SELECT count(*) AS n, array_agg(t.id) AS ids, array_agg(t.lease) AS leases
   FROM queue.take_next('w2b_:k', batch => 100) AS t

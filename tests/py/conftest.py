@@ -19,8 +19,9 @@ from typing import Iterator
 import psycopg
 import pytest
 
-from skiplock import devdb, testrun
-from skiplock.testrun import create_database, drop_database
+from dev import testrun
+from dev.testrun import create_database, drop_database
+from skiplock import devdb
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from skiplock import devdb, testrun
+from dev import testrun
+from skiplock import devdb
 
 # Each clock is a whole pgTAP run. The year's end of 2030 is also the date past which the time bomb
 # above went off; a run at "2000 days ahead" (2032) found nothing these two do not, and was dropped

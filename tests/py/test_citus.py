@@ -1,4 +1,4 @@
-"""skiplock on Citus (issue 32): a coordinator and two workers of its own (skiplock.citus).
+"""skiplock on Citus (issue 32): a coordinator and two workers of its own (dev.citus).
 
 Migrations on the coordinator (up, down, up), `skiplock distribute` (and its refusal without
 Citus), each hot-path call as one statement to one worker (citus.log_remote_commands), consume,
@@ -24,7 +24,8 @@ from typing import Any, Iterator
 import psycopg
 import pytest
 
-from skiplock import citus, migrate
+from dev import citus
+from skiplock import migrate
 from skiplock.sqlfiles import ROOT
 from skiplock.worker import Worker, require_stage
 

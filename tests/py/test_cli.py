@@ -16,7 +16,7 @@ from typing import Iterator
 import psycopg
 import pytest
 
-import skiplock.testrun
+import dev.testrun
 from skiplock import cli, migrate
 from skiplock.sqlfiles import ROOT
 
@@ -26,11 +26,11 @@ ENV.pop("DATABASE_URL", None)
 
 @pytest.fixture(scope="module")
 def url(admin_url: str, template_db: str) -> Iterator[str]:
-    u = skiplock.testrun.create_database(admin_url, "test_cli", template=template_db)  # alembic upgrade head: what we ship
+    u = dev.testrun.create_database(admin_url, "test_cli", template=template_db)  # alembic upgrade head: what we ship
     try:
         yield u
     finally:
-        skiplock.testrun.drop_database(admin_url, u)
+        dev.testrun.drop_database(admin_url, u)
 
 
 @pytest.fixture
@@ -415,7 +415,7 @@ def test_maintain_loop_survives_calls_that_fail_and_reaps_once_they_stop(url: st
 
 
 def test_upgrade_on_an_empty_database(admin_url: str) -> None:
-    u = skiplock.testrun.create_database(admin_url, "test_cli_upgrade")
+    u = dev.testrun.create_database(admin_url, "test_cli_upgrade")
     try:
         proc = run(u, "upgrade")
         assert proc.returncode == 0, proc.stderr
@@ -425,7 +425,7 @@ def test_upgrade_on_an_empty_database(admin_url: str) -> None:
         again = run(u, "upgrade")
         assert again.returncode == 0 and "nothing to apply" in again.stdout
     finally:
-        skiplock.testrun.drop_database(admin_url, u)
+        dev.testrun.drop_database(admin_url, u)
 
 
 # -- failures said in one line, the database down, the worker's end ---------------------------
@@ -457,13 +457,13 @@ def test_maintain_once_on_an_unreachable_database_fails_without_promising_a_retr
 
 
 def test_commands_on_a_database_without_skiplock_say_run_upgrade(admin_url: str) -> None:
-    bare = skiplock.testrun.create_database(admin_url, "test_cli_bare")
+    bare = dev.testrun.create_database(admin_url, "test_cli_bare")
     try:
         for args in (["stats"], ["top", "--iterations", "1"], ["maintain", "--once"], ["enqueue", "{}"]):
             line = _one_clear_line(run(bare, *args), args[0])
             assert "run `skiplock upgrade`" in line, line
     finally:
-        skiplock.testrun.drop_database(admin_url, bare)
+        dev.testrun.drop_database(admin_url, bare)
 
 
 def test_upgrade_and_downgrade_to_an_unknown_revision_say_so(url: str) -> None:
@@ -491,7 +491,7 @@ def test_demo_takes_db_like_the_other_commands(url: str) -> None:
 
 def test_upgrade_with_a_bad_lock_attempts_setting_says_so_in_one_line(admin_url: str) -> None:
     """SKIPLOCK_MIGRATION_LOCK_ATTEMPTS=abc once ended `skiplock upgrade` with a traceback."""
-    bare = skiplock.testrun.create_database(admin_url, "test_cli_attempts")
+    bare = dev.testrun.create_database(admin_url, "test_cli_attempts")
     try:
         for value in ("abc", "0"):
             proc = subprocess.run(skiplock_cmd(bare, "upgrade"), capture_output=True, text=True, timeout=60, cwd=ROOT,
@@ -501,7 +501,7 @@ def test_upgrade_with_a_bad_lock_attempts_setting_says_so_in_one_line(admin_url:
             assert last == (f"skiplock upgrade: SKIPLOCK_MIGRATION_LOCK_ATTEMPTS must be a whole number of tries, "
                             f"at least 1, not {value!r}"), (value, proc.stderr)
     finally:
-        skiplock.testrun.drop_database(admin_url, bare)
+        dev.testrun.drop_database(admin_url, bare)
 
 
 def test_seconds_options_reject_what_is_not_a_sane_number_of_seconds(capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,8 +15,8 @@ from typing import Iterator
 import psycopg
 import pytest
 
+import dev.testrun
 import skiplock
-import skiplock.testrun
 from skiplock import cmd_migrate
 from skiplock.sqlfiles import ROOT
 
@@ -40,13 +40,13 @@ def test_version_names_the_package_and_the_schema_revision_it_ships():
 @pytest.fixture
 def behind(admin_url: str, template_db: str) -> Iterator[str]:
     """A database at the revision before the head."""
-    url = skiplock.testrun.create_database(admin_url, "cli_behind", template=template_db)
+    url = dev.testrun.create_database(admin_url, "cli_behind", template=template_db)
     try:
         proc = run("downgrade", "-1", "--db", url)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         yield url
     finally:
-        skiplock.testrun.drop_database(admin_url, url)
+        dev.testrun.drop_database(admin_url, url)
 
 
 def test_every_command_warns_in_one_line_when_the_database_is_behind(behind: str):

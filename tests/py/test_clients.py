@@ -29,8 +29,8 @@ from urllib.parse import quote, urlencode
 import psycopg
 import pytest
 
+from dev.testrun import create_database, drop_database
 from skiplock.sqlfiles import ROOT
-from skiplock.testrun import create_database, drop_database
 from skiplock.worker import Fail, Outcome, Task, Worker
 
 CLIENTS = ROOT / "clients"

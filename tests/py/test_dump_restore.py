@@ -21,8 +21,8 @@ from typing import Iterator
 import psycopg
 import pytest
 
+from dev.testrun import create_database, drop_database
 from skiplock import devdb, migrate
-from skiplock.testrun import create_database, drop_database
 
 BIN = devdb.pg_bin()
 SKIPLOCK = [sys.executable, "-m", "skiplock"]

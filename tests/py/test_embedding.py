@@ -24,9 +24,9 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
+from dev.testrun import create_database, drop_database
 from skiplock import migrate
 from skiplock.sqlfiles import ROOT
-from skiplock.testrun import create_database, drop_database
 
 APP = Path(__file__).resolve().parent / "embedding_app"
 APP_TABLES = {"app.orders", "app.order_events"}

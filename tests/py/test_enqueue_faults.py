@@ -21,7 +21,8 @@ import psycopg
 import pytest
 
 import workload
-from skiplock import devdb, migrate, testrun
+from dev import testrun
+from skiplock import devdb, migrate
 
 BIG_BATCH = 50_000
 

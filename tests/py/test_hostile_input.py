@@ -28,7 +28,7 @@ from typing import Any, Iterator
 import psycopg
 import pytest
 
-from skiplock import testrun
+from dev import testrun
 
 ROOT = Path(__file__).resolve().parents[2]
 ERRORS_MD = ROOT / "docs" / "errors.md"

@@ -23,7 +23,7 @@ import psycopg
 import pytest
 
 import workload
-from skiplock.testrun import create_database, drop_database
+from dev.testrun import create_database, drop_database
 
 MAX_STAGE, GROUP_STAGE = "lim.max", "lim.grp"
 MAX_RUNNING, GROUP_LIMIT = 3, 1

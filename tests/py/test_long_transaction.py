@@ -23,7 +23,7 @@ import psycopg
 import pytest
 
 import workload
-from skiplock import testrun
+from dev import testrun
 
 # Half a minute (a minute until 2026-11-27): some 30 autovacuum naptimes that can remove nothing,
 # thousands of tasks whose dead versions every claim has to pass. The test asserts no speed, only

@@ -15,9 +15,10 @@ import pytest
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
-from skiplock import migrate, revision
+from dev import revision
+from dev.testrun import create_database, drop_database
+from skiplock import migrate
 from skiplock.sqlfiles import ROOT, build_from_schema
-from skiplock.testrun import create_database, drop_database
 
 # Everything a DBA or a caller can observe about schema queue, minus Alembic's own version table.
 CATALOG_QUERIES = {
@@ -209,6 +210,25 @@ def test_wheel_carries_every_schema_and_migration_file(wheel: Path):
     assert not missing and not extra, (
         f"{len(missing)} files missing from the wheel, such as {missing[:5]}; "
         f"{len(extra)} only in the wheel, such as {extra[:5]}")
+
+
+# The harness (dev/): make test, lint, revision, the other majors, Citus. No `skiplock` command reaches it.
+HARNESS = {"testrun", "testdb", "versions", "citus", "lint", "revision"}
+
+
+def test_wheel_holds_only_the_user_facing_modules_and_the_migrations(wheel: Path):
+    """The installed package is what users run: the modules of skiplock/ (each reached by a command,
+    tests/py/test_python_layout.py), schema/ and alembic/ inside it, the metadata; no harness, no tests."""
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+    modules = {n.removeprefix("skiplock/").removesuffix(".py") for n in names
+               if n.startswith("skiplock/") and n.count("/") == 1}
+    assert modules == {p.stem for p in (ROOT / "skiplock").glob("*.py")}
+    assert modules & HARNESS == set() and {"cli", "migrate", "sqlfiles", "devdb", "worker"} <= modules
+    others = [n for n in names if not n.startswith(("skiplock/schema/", "skiplock/alembic/", "skiplock-"))
+              and not (n.startswith("skiplock/") and n.count("/") == 1)]
+    assert others == [], f"the wheel holds more than the package and its migrations: {others[:10]}"
+    assert all(".dist-info/" in n for n in names if n.startswith("skiplock-"))
 
 
 def test_installed_wheel_upgrades_a_database_to_what_schema_describes(

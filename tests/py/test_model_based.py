@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from skiplock import testrun
+from dev import testrun
 
 A, B = "m.a", "m.b"          # finish(next_stage) only moves a task from A to B
 MAX_ATTEMPTS = {A: 2, B: 1}   # B: every failure is the last one; A: one retry

@@ -1,7 +1,7 @@
 """pg_upgrade of a cluster with skiplock in use, from PostgreSQL 15 to 17.
 
 The new cluster runs a complete PostgreSQL 17.10 build (server and client programs, pg_upgrade
-among them) that skiplock.versions installs from PyPI, since the npm builds have no pg_upgrade.
+among them) that dev.versions installs from PyPI, since the npm builds have no pg_upgrade.
 The old cluster runs the npm build of 15.18, with Debian's pg_controldata and pg_resetwal of 15
 beside it (pg_upgrade needs them of the old cluster too): Debian's own 15.20 writes an attribute
 option (pg_attver) on every column that 17.10, released before it, refuses, so pg_upgrade from
@@ -34,8 +34,9 @@ import psycopg
 import pytest
 from test_dump_restore import SKIPLOCK, as_role, catalog, run, upgrade_says_at_head
 
-from skiplock import devdb, testdb, versions
-from skiplock.testrun import create_database
+from dev import testdb, versions
+from dev.testrun import create_database
+from skiplock import devdb
 
 OLD_MAJOR, NEW_MAJOR = 15, 17
 # Debian's PostgreSQL 15: its pg_controldata and pg_resetwal, which the npm build lacks.

@@ -27,8 +27,8 @@ from typing import Callable, Iterator
 import psycopg
 import pytest
 
+from dev.testrun import create_database, drop_database
 from skiplock import migrate
-from skiplock.testrun import create_database, drop_database
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_clients import LANGUAGES, ClientWorker, node_ready, produce, wait_until  # noqa: E402,F401

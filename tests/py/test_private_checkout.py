@@ -15,7 +15,8 @@ from typing import Iterator
 
 import pytest
 
-from skiplock import devdb, versions
+from dev import versions
+from skiplock import devdb
 from skiplock.sqlfiles import ROOT
 
 # What the copy runs: the suite's cluster start (a migrated template, as `make test` makes it),
@@ -24,7 +25,8 @@ SCRIPT = """
 import sys
 from pathlib import Path
 import psycopg
-from skiplock import devdb, testdb, versions
+from dev import testdb, versions
+from skiplock import devdb
 from skiplock.sqlfiles import ROOT
 assert ROOT == Path(sys.argv[1]), ROOT
 print("cache", devdb.CACHE)
@@ -46,14 +48,15 @@ if sys.argv[2] != "none":
 
 @pytest.fixture
 def private_checkout() -> Iterator[Path]:
-    """This checkout's package copied into a mode-700 directory, its SQL beside it (links)."""
+    """This checkout's packages (skiplock, dev) copied into a mode-700 directory, its SQL beside it (links)."""
     if os.geteuid() != 0:
         pytest.skip("as root only: otherwise the server runs as the checkout's own user")
     private = Path(tempfile.mkdtemp(prefix="skiplock-private-"))
     assert private.stat().st_mode & 0o777 == 0o700
     checkout = private / "clone"
     try:
-        shutil.copytree(ROOT / "skiplock", checkout / "skiplock", ignore=shutil.ignore_patterns("__pycache__"))
+        for package in ("skiplock", "dev"):
+            shutil.copytree(ROOT / package, checkout / package, ignore=shutil.ignore_patterns("__pycache__"))
         for name in ("schema", "alembic", "alembic.ini"):
             (checkout / name).symlink_to(ROOT / name)
         yield checkout

@@ -1,4 +1,6 @@
-"""The package's shape: the modules of skiplock/ import each other without a circle, at the top.
+"""The package's shape: the modules of skiplock/ import each other without a circle, at the top;
+each of them is reached by a user command, and none imports the harness (dev/), which the wheel
+does not carry (tests/py/test_migrations.py builds the wheel and checks what it holds).
 
 No database: the imports are read from the source with ast.
 """
@@ -98,3 +100,31 @@ def test_the_commands_report_errors_through_skiplock_errors() -> None:
         assert "errors" in graph[command], command
     assert {"slots"} <= graph["cmd_worker"] and {"slots"} <= graph["cmd_run_sql"]
     assert "cmd_worker" not in graph["cmd_run_sql"]
+
+
+# What a user runs: the `skiplock` command (cli, through __main__ or the console script) and the package itself.
+ENTRY_POINTS = {"__init__", "__main__", "cli"}
+
+
+def test_every_module_of_the_package_is_reached_by_a_user_command() -> None:
+    """A module no command imports is harness or dead code: it belongs in dev/, not in the wheel."""
+    graph = import_graph()
+    reached, todo = set(), list(ENTRY_POINTS)
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo.extend(graph.get(name, ()))
+    assert set(graph) - reached == set(), "not reached from the skiplock command: move to dev/"
+
+
+def test_the_package_imports_nothing_from_the_harness() -> None:
+    """An installed skiplock has no dev/: a module of the package that imported it would fail there."""
+    found = []
+    for name, path in modules().items():
+        for n in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in n.names] if isinstance(n, ast.Import) else \
+                [n.module] if isinstance(n, ast.ImportFrom) and n.module else []
+            found += [f"{name} imports {m}" for m in names if m.split(".")[0] == "dev"]
+    assert found == []
+    assert not (PACKAGE / "testrun.py").exists() and (ROOT / "dev" / "testrun.py").exists()

@@ -27,7 +27,7 @@ import psycopg
 import pytest
 
 import workload
-from skiplock.testrun import create_database, drop_database
+from dev.testrun import create_database, drop_database
 
 STAGE, GROUP_STAGE = "rate.stage", "rate.group"
 LIMIT, GROUP_LIMIT, GROUPS = 20, 5, 4

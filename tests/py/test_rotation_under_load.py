@@ -23,7 +23,7 @@ import psycopg
 import pytest
 
 import workload
-from skiplock.testrun import create_database, drop_database
+from dev.testrun import create_database, drop_database
 
 STAGE = "rot.load"
 TASKS = 20_000

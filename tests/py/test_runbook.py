@@ -24,7 +24,7 @@ from typing import Iterator
 import psycopg
 import pytest
 
-import skiplock.testrun
+import dev.testrun
 from skiplock.sqlfiles import ROOT
 
 RUNBOOK = ROOT / "docs" / "runbook.md"
@@ -53,7 +53,7 @@ class Fixture:
 
 @pytest.fixture(scope="module")
 def world(admin_url: str, template_db: str) -> Iterator[Fixture]:
-    url = skiplock.testrun.create_database(admin_url, "test_runbook", template=template_db)  # alembic upgrade head: what we ship
+    url = dev.testrun.create_database(admin_url, "test_runbook", template=template_db)  # alembic upgrade head: what we ship
     ids: dict[str, int] = {}
     with psycopg.connect(url, autocommit=True) as c:
         def enqueue(payload: str = "{}", stage: str = STAGE, run_at: str = "now()") -> int:
@@ -102,7 +102,7 @@ def world(admin_url: str, template_db: str) -> Iterator[Fixture]:
     try:
         yield Fixture(url, ids)
     finally:
-        skiplock.testrun.drop_database(admin_url, url)
+        dev.testrun.drop_database(admin_url, url)
 
 
 # fragment of a block -> (strings its output must contain, a query whose output must be 't' after it)
@@ -249,11 +249,11 @@ def bulk_block(*fragments: str) -> str:
 
 @pytest.fixture(scope="module")
 def load_url(admin_url: str, template_db: str) -> Iterator[str]:
-    url = skiplock.testrun.create_database(admin_url, "test_runbook_load", template=template_db)
+    url = dev.testrun.create_database(admin_url, "test_runbook_load", template=template_db)
     try:
         yield url
     finally:
-        skiplock.testrun.drop_database(admin_url, url)
+        dev.testrun.drop_database(admin_url, url)
 
 
 class Workers:

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from skiplock import testrun
+from dev import testrun
 
 SESSIONS = 8
 STAGE = "sc.fire"

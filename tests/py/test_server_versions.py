@@ -11,7 +11,8 @@ from typing import Iterator
 import psycopg
 import pytest
 
-from skiplock import devdb, versions
+from dev import versions
+from skiplock import devdb
 from skiplock.sqlfiles import ROOT
 
 

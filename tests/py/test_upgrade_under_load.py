@@ -46,8 +46,8 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from dev.testrun import create_database, drop_database
 from skiplock import migrate
-from skiplock.testrun import create_database, drop_database
 
 A, B, C, G, TICK, HOLD = "upg.a", "upg.b", "upg.c", "upg.g", "upg.tick", "upg.hold"
 WORKER_STAGES = [A, B, C, G, TICK]          # HOLD is the test's own: its leases span the upgrade

@@ -21,7 +21,7 @@ import psycopg
 import psycopg.conninfo
 import pytest
 
-import skiplock.testrun
+import dev.testrun
 from skiplock.sqlfiles import ROOT
 
 ENV = dict(os.environ, COLUMNS="200")
@@ -31,11 +31,11 @@ ENV.pop("SKIPLOCK_POOLER", None)
 
 @pytest.fixture(scope="module")
 def url(admin_url: str, template_db: str) -> Iterator[str]:
-    u = skiplock.testrun.create_database(admin_url, "test_worker_faults", template=template_db)
+    u = dev.testrun.create_database(admin_url, "test_worker_faults", template=template_db)
     try:
         yield u
     finally:
-        skiplock.testrun.drop_database(admin_url, u)
+        dev.testrun.drop_database(admin_url, u)
 
 
 @pytest.fixture

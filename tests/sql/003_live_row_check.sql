@@ -1,5 +1,5 @@
 -- The suite's own CHECK: every database the tests use has queue.live_tasks checked by
--- queue._live_row_ok (skiplock.testdb.LIVE_ROW_CHECK; the shipped table has no CHECK), so that a
+-- queue._live_row_ok (dev.testdb.LIVE_ROW_CHECK; the shipped table has no CHECK), so that a
 -- function that wrote an inconsistent row would fail its tests. Here: it is on, and it bites.
 BEGIN;
 SELECT plan(9);

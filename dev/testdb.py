@@ -1,7 +1,7 @@
 """Test databases: a migrated template, copies of it for pgTAP and each test module, pg_prove
 side by side, and pytest.
 
-Shared by skiplock.testrun (`make test`) and skiplock.versions (the other PostgreSQL majors).
+Shared by dev.testrun (`make test`) and dev.versions (the other PostgreSQL majors).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`make lint`: ruff over every Python file of the checkout, mypy over the package.
 
-Their settings are in pyproject.toml. `make test` (skiplock.testrun) runs this first and stops
+Their settings are in pyproject.toml. `make test` (dev.testrun) runs this first and stops
 on a finding. `ruff check --fix .` sorts imports.
 """
 

@@ -15,9 +15,8 @@ import subprocess
 import sys
 import tempfile
 
-from skiplock import citus, devdb, lint, versions
-from skiplock.sqlfiles import ROOT
-from skiplock.testdb import (
+from dev import citus, lint, versions
+from dev.testdb import (
     TEMPLATE_ENV,
     chooses_workers,
     create_database,
@@ -29,8 +28,10 @@ from skiplock.testdb import (
     run_pg_prove,
     run_pytest,
 )
+from skiplock import devdb
+from skiplock.sqlfiles import ROOT
 
-# Tests import these from here (`from skiplock.testrun import create_database, drop_database`).
+# Tests import these from here (`from dev.testrun import create_database, drop_database`).
 __all__ = ["TEMPLATE_ENV", "create_database", "drop_database", "drop_template", "main", "prepare_tap_database",
            "prepare_tap_databases", "prepare_template", "run_pg_prove", "run_pytest"]
 
@@ -53,7 +54,7 @@ def compile_bytecode() -> None:
     """Bytecode for the checkout's own modules, written once. The suite starts hundreds of Python
     processes (pytest's, the CLI, spawned workers); where PYTHONDONTWRITEBYTECODE is set, as in
     many CI images, each of them would compile these modules again (0.2 s of CPU for the CLI)."""
-    for folder in ("skiplock", "tests", "clients/python", "alembic", "bench"):
+    for folder in ("skiplock", "dev", "tests", "clients/python", "alembic", "bench"):
         compileall.compile_dir(ROOT / folder, quiet=1, workers=1)
 
 
@@ -77,13 +78,13 @@ def main(argv: list[str] | None = None) -> int:
                 cluster = devdb.Cluster(durable=False).start()
                 admin_url = cluster.url()
             major = versions.major_at(admin_url)
-            # The other supported majors (skiplock/versions.py), pgTAP and a set of pytest modules
+            # The other supported majors (dev/versions.py), pgTAP and a set of pytest modules
             # each, in clusters of their own, run beside this major's suites: much of pytest's time
             # is spent waiting (subprocesses starting, leases running out, a held snapshot), and
             # the CPU it leaves idle runs them. Their output comes after pytest's.
             majors = versions.others(major)
             if majors:
-                others = subprocess.Popen([sys.executable, "-m", "skiplock.versions", *map(str, majors)],
+                others = subprocess.Popen([sys.executable, "-m", "dev.versions", *map(str, majors)],
                                           cwd=ROOT, stdin=subprocess.DEVNULL, stdout=others_log,
                                           stderr=subprocess.STDOUT)
             template = prepare_template(admin_url)  # migrated once; every test database is a copy

@@ -32,7 +32,8 @@ from typing import Iterator
 
 import psycopg
 
-from skiplock import devdb, testdb
+from dev import testdb
+from skiplock import devdb
 from skiplock.db import one
 from skiplock.devdb import NPM_PACKAGE, SUPPORTED, bin_dir
 from skiplock.sqlfiles import ROOT
@@ -215,9 +216,9 @@ def major_at(url: str) -> int:
 
 
 def _run_one(major: int, log: Path, result: Path) -> subprocess.Popen:
-    """`python -m skiplock.versions --one major`: its output into log, its figures into result."""
+    """`python -m dev.versions --one major`: its output into log, its figures into result."""
     with open(log, "w") as out:
-        return subprocess.Popen([sys.executable, "-m", "skiplock.versions", "--one", str(major), str(result)],
+        return subprocess.Popen([sys.executable, "-m", "dev.versions", "--one", str(major), str(result)],
                                 cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
 
 
@@ -272,7 +273,7 @@ def run_others(majors: list[int], at_once: int = AT_ONCE) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m skiplock.versions 14 18`: those majors (SKIPLOCK_TEST_VERSIONS, else every
+    """`python -m dev.versions 14 18`: those majors (SKIPLOCK_TEST_VERSIONS, else every
     supported one, when none is named), without the main suite. `--one M FILE` runs M alone and
     writes its figures to FILE (what run_others starts for each major)."""
     with devdb.stopped_on_signals():

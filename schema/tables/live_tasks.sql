@@ -7,7 +7,7 @@
 -- waiting exactly when above 0, and then one-off, never run. Not a CHECK of
 -- the shipped table: PostgreSQL sets a CHECK up again for every statement that writes a row (72 k
 -- instructions an enqueue, a sixth of it), and only the queue's functions write this table. The
--- test suite adds it as the CHECK live_tasks_valid to every database it tests (skiplock.testdb), so
+-- test suite adds it as the CHECK live_tasks_valid to every database it tests (dev.testdb), so
 -- every row the tests write is checked; `WHERE NOT queue._live_row_ok(…)` audits a live database.
 CREATE FUNCTION queue._live_row_ok(status queue.task_status_live, attempt integer, lease uuid,
                                    lease_expires timestamptz, started timestamptz, rerun boolean,

@@ -51,8 +51,9 @@ def warn_if_behind(url: str, command: str) -> None:
     queue.skiplock_version): the command itself reports what matters there."""
     try:
         with connect.connect(url, autocommit=True, connect_timeout=10) as conn:
-            row = conn.execute("SELECT CASE WHEN has_table_privilege(to_regclass('queue.skiplock_version'), 'SELECT')"
-                               " THEN 1 END").fetchone()
+            # Qualified: the executor of SQL tasks (run-sql) runs this as a privileged role.
+            row = conn.execute("SELECT CASE WHEN pg_catalog.has_table_privilege("
+                               "pg_catalog.to_regclass('queue.skiplock_version'), 'SELECT') THEN 1 END").fetchone()
             if row is None or row[0] is None:
                 return
             found = conn.execute("SELECT version_num FROM queue.skiplock_version").fetchone()

@@ -42,6 +42,9 @@ def behind(admin_url: str, template_db: str) -> Iterator[str]:
     """A database at the revision before the head."""
     url = dev.testrun.create_database(admin_url, "cli_behind", template=template_db)
     try:
+        # The suite's CHECK calls the head's queue._live_row_ok, which the downgrade replaces.
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ALTER TABLE queue.live_tasks DROP CONSTRAINT live_tasks_valid")
         proc = run("downgrade", "-1", "--db", url)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         yield url

@@ -218,15 +218,19 @@ HARNESS = {"testrun", "testdb", "versions", "citus", "lint", "revision"}
 
 def test_wheel_holds_only_the_user_facing_modules_and_the_migrations(wheel: Path):
     """The installed package is what users run: the modules of skiplock/ (each reached by a command,
-    tests/py/test_python_layout.py), schema/ and alembic/ inside it, the metadata; no harness, no tests."""
+    tests/py/test_python_layout.py), schema/ and alembic/ inside it, the dashboard's templates and
+    static files (skiplock/web_assets/, exactly those in the checkout), the metadata; no harness, no tests."""
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
     modules = {n.removeprefix("skiplock/").removesuffix(".py") for n in names
                if n.startswith("skiplock/") and n.count("/") == 1}
     assert modules == {p.stem for p in (ROOT / "skiplock").glob("*.py")}
     assert modules & HARNESS == set() and {"cli", "migrate", "sqlfiles", "devdb", "worker"} <= modules
+    assets = {n for n in names if n.startswith("skiplock/web_assets/") and not n.endswith("/")}
+    assert assets == {f"skiplock/{p.relative_to(ROOT / 'skiplock').as_posix()}"
+                      for p in (ROOT / "skiplock" / "web_assets").rglob("*") if p.is_file() and "__pycache__" not in p.parts}
     others = [n for n in names if not n.startswith(("skiplock/schema/", "skiplock/alembic/", "skiplock-"))
-              and not (n.startswith("skiplock/") and n.count("/") == 1)]
+              and not (n.startswith("skiplock/") and n.count("/") == 1) and n not in assets]
     assert others == [], f"the wheel holds more than the package and its migrations: {others[:10]}"
     assert all(".dist-info/" in n for n in names if n.startswith("skiplock-"))
 

@@ -1,17 +1,14 @@
 -- configure_stage(stage, …): set a stage's policy; arguments left NULL keep their current value
--- (for a stage without a row: the value of the defaults row '*'). stage => '*' changes the
+-- (for a stage without a row: the value of the defaults row '*'); stage => '*' changes the
 -- defaults of every stage without a row. Returns the stage's settings row.
---   max_running  at most this many tasks of the stage run at once (0 removes the cap);
---   group_limit  at most this many tasks of one group_key run at once (0 removes the cap);
+--   max_running, group_limit  at most so many tasks of the stage, of one group_key, run at once;
 --   paused       true: takes hand out nothing of the stage until it is set false again;
---   rate_limit   at most this many takes per rate_window (default 1 s; 0 removes it), of each
---                group_key with rate_per_group; rate_burst: at most so many per its share of a window;
---   weight       tasks a multi-stage take serves from the stage in its turn (1 to 1000).
---   task_timeout how long a worker lets an attempt run before it kills it and fails the attempt
---                (enforced by the workers, which read it with queue.task_timeout; 0 removes it).
--- A new limit applies to the takes that start after this call commits; tasks already running are
--- not stopped (a lowered cap holds again once enough of them end). Resuming a stage or changing a
--- cap sends its NOTIFY (unless the stage turned notify off), waking its workers.
+--   rate_limit   at most so many takes per rate_window (default 1 s), of each group_key with
+--                rate_per_group; rate_burst: at most so many per its share of a window;
+--   weight       tasks a multi-stage take serves from the stage in its turn (1 to 1000);
+--   task_timeout how long a worker lets an attempt run (enforced by the workers). 0 removes a limit.
+-- A new limit applies to takes that start after this call commits; running tasks are not stopped.
+-- Resuming a stage or changing a cap sends its NOTIFY (unless notify is off), waking its workers.
 -- Raises 22004/22023 for a bad stage, 22023 for a value out of range (leases and backoffs at most
 -- 100 years). Locks and writes the stage's row of queue.stage_settings.
 CREATE OR REPLACE FUNCTION queue.configure_stage(

@@ -1,18 +1,16 @@
 -- finish(id, lease, next_stage, stage, result): end the attempt that holds `lease` successfully.
 -- Without next_stage the task is done: it leaves queue.live_tasks for queue.history in one
 -- statement. With next_stage (a pipeline) it is recorded as done in its stage and waits, ready, in
--- next_stage from attempt 0. A task enqueued again with mode 'rerun' while it ran is queued again
--- instead. A periodic task is recorded as done and re-armed (_next_slot); it cannot move on.
--- result (a JSON object or array, bounded as payloads) is kept in the run's history row; with
--- next_stage it is also the task's payload there (a re-run drops it). Returns true when this call
--- ended the attempt; false, changing nothing, for a lease that is not current.
+-- next_stage from attempt 0, with result (if given) as its payload. A task enqueued again with mode
+-- 'rerun' while it ran is queued again instead. A periodic task is recorded done and re-armed.
+-- result (a JSON object or array, bounded as payloads) is kept in the run's history row. A task
+-- something waits for (enqueue(after => …)) ends by _end_awaited, which resolves its waiters.
+-- Returns true when this call ended the attempt; false, changing nothing, for a lease not current.
 -- Raises 22004 for a NULL id or lease; 22023 for a bad next_stage, one for a periodic task, or a
 -- scalar result; 54000 for a result over 1 MiB; 42501 for a restricted next_stage without the
 -- enqueue right; SK002 when a live task of next_stage has the key. Locks the task's row; writes
--- queue.live_tasks and queue.history; a task due at once wakes its stage's waiting workers. A
--- task something waits for (enqueue(after => …)) ends by _end_awaited, which resolves its waiters.
--- stage, when given, is the task's current stage (routes the call on Citus); any other: false.
--- The four-argument form is dropped first, so that calls without result resolve to this one.
+-- queue.live_tasks and queue.history. stage, when given, is the task's stage (routes the call on
+-- Citus); any other: false. The four-argument form is dropped first (calls without result).
 -- squawk-ignore ban-drop-function
 DROP FUNCTION IF EXISTS queue.finish(bigint, uuid, text, text);
 CREATE OR REPLACE FUNCTION queue.finish(id bigint, lease uuid, next_stage text DEFAULT NULL,

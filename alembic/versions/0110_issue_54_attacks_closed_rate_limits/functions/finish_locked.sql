@@ -1,19 +1,16 @@
 -- finish_locked(id, worker, stage, result): end successfully a task this transaction took with
--- take_locked. The task leaves queue.live_tasks and is written to queue.history as done, with the
--- attempt it ran as, started at the transaction's start and finished at clock time; a periodic task
--- is recorded and re-armed, as finish() does. worker, if given, and result (a JSON object or array
--- bounded as payloads) are recorded in queue.history.
+-- take_locked: done, to queue.history with the attempt it ran as (started at the transaction's
+-- start), worker and result (a JSON object or array bounded as payloads); a periodic task is
+-- recorded and re-armed; a task something waits for ends by _end_awaited.
 -- The claim, as the lease is to finish(), is the row lock plus take_locked's signed entry in the
--- setting skiplock.held, which binds the attempt and run_at it took (a rolled-back savepoint
--- undoes both; a replay of the entry finds the lock another's or the task changed). False, changing nothing,
--- for any other task: never taken, another transaction's, already ended, or changed since the take
--- (re-run by this same transaction: left ready for its new payload).
+-- setting skiplock.held, which binds the attempt and run_at it took (a replay of the entry after a
+-- rolled-back savepoint finds the lock another's or the task changed). False, changing nothing,
+-- for any other task: never taken, another transaction's, ended, or changed since the take.
 -- Commit the worker's own writes in the same transaction: they and the finish are one.
 -- Raises 22004 for a NULL id, 22023 for a long worker name or a scalar result, 54000 for a result
 -- over 1 MiB. Locks the task's row (already locked by take_locked); writes queue.live_tasks and
--- queue.history. A task something waits for (enqueue(after => …)) ends by _end_awaited, which
--- resolves what waits for it. stage, when given, is the task's stage (routes the call on Citus);
--- any other: false. The three-argument form is dropped first: calls without result resolve to this one.
+-- queue.history. stage, when given, is the task's stage (routes the call on Citus); any other:
+-- false. The three-argument form is dropped first, so that calls without result resolve to this one.
 -- squawk-ignore ban-drop-function
 DROP FUNCTION IF EXISTS queue.finish_locked(bigint, text, text);
 CREATE OR REPLACE FUNCTION queue.finish_locked(id bigint, worker text DEFAULT NULL, stage text DEFAULT NULL,

@@ -1,18 +1,16 @@
 -- reap_hung(): recover the tasks of workers that died or hang: every running task whose lease
 -- expired becomes 'error' (retried per its stage's backoff, error text 'lease expired …') or, when
--- its attempts are used up, 'fatal' (moved to queue.history); one enqueued again with mode 'rerun'
--- while it ran is ready again from attempt 0. A periodic task out of attempts is recorded as fatal
--- and re-armed for its next slot, as fail() does. Returns how many it recovered, at most 10,000 a
--- call. FOR UPDATE SKIP LOCKED: many sessions may call it at once. Reads only the partial index of
--- running tasks, so calling it every second is cheap. Tasks due again at once wake their stage's
--- waiting workers. Locks and writes the rows it recovers (queue.live_tasks, queue.history).
+-- its attempts are used up, 'fatal' (to queue.history; a periodic task is recorded and re-armed);
+-- one enqueued again with mode 'rerun' while it ran is ready again from attempt 0. Returns how
+-- many it recovered, at most 10,000 a call. FOR UPDATE SKIP LOCKED: many sessions may call it at
+-- once; reads only the partial index of running tasks. Tasks due again wake their stage's workers.
 -- Across a jump of the clock, time nobody saw pass does not count: when queue.reaper_clock (this
 -- function's last record of now()) is over 2 minutes old, the last gap of over 2 minutes between
--- it, the take times of running tasks and now() (a clock step, a suspended machine, an outage)
--- is taken out of every lease that ran out within it (each keeps the time it had left when the
--- gap began), so a worker alive across it can heartbeat on the new clock; a move back only makes
--- leases longer. While another session records such a gap this call reaps nothing. Locks and
--- writes queue.reaper_clock at most every 10 s, and the leases it extends.
+-- it, the take times of running tasks and now() is taken out of every lease that ran out within
+-- it (each keeps the time it had left when the gap began), so a worker alive across it can
+-- heartbeat on the new clock; a move back only makes leases longer. While another session records
+-- such a gap this call reaps nothing. Locks and writes the rows it recovers (queue.live_tasks,
+-- queue.history) and queue.reaper_clock (at most every 10 s).
 CREATE OR REPLACE FUNCTION queue.reap_hung()
     RETURNS integer
     LANGUAGE plpgsql

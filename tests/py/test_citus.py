@@ -357,7 +357,7 @@ def test_consume_admin_calls_and_the_views_work_on_citus(url: str, nodes: citus.
             " WHERE stage IN ('cons.a', 'admin.a')").fetchall()}
         assert metrics[("admin.a", "ready")] == (3, 0)
         assert metrics[("cons.a", "done")][0] == 0  # listed for its history alone: no live task
-        assert len(metrics) == 2 * 6  # every status of both stages
+        assert len(metrics) == 2 * 7  # every status of both stages (waiting too)
         stages = {row[0] for row in admin.execute("SELECT stage FROM queue.stage_config").fetchall()}
         assert {"*", "admin.a"} <= stages and "cons.a" not in stages  # no live task, no settings
 

@@ -157,6 +157,24 @@ def _slug(message: str, limit: int = 40) -> str:
     return slug or "change"
 
 
+def runs_code(path: Path) -> bool:
+    """Whether a frozen function file runs a statement at the top level (not only defines it)."""
+    return path.parent.name == "functions" and re.search(r"^SELECT ", path.read_text(), re.MULTILINE) is not None
+
+
+def without_calls(path: Path) -> str:
+    """A previous copy for a downgrade, up to its first top-level call (and that call's comment):
+    rotate_partitions.sql ends with a call, which runs as skiplock_owner, and on Citus a table's
+    ALTER by the migrating user in the same transaction is then refused."""
+    text = path.read_text()
+    found = re.search(r"^SELECT ", text, re.MULTILINE)
+    kept = text[:found.start() if found else len(text)].rstrip().splitlines()
+    while kept and kept[-1].startswith("--"):
+        kept.pop()
+    source = path.relative_to(VERSIONS).as_posix()
+    return f"-- {source} without its call (see dev/revision.py without_calls).\n" + "\n".join(kept).rstrip() + "\n"
+
+
 def make_revision(message: str, rev: str | None = None) -> Path | None:
     """Write the next revision from what schema/ changed; rev overrides its number."""
     message = " ".join(message.split())
@@ -198,6 +216,8 @@ def make_revision(message: str, rev: str | None = None) -> Path | None:
         # The downgrade undoes in reverse order, pointing at the previous frozen copy where one exists.
         if new_file:
             down_path = write(f"downgrade/drop/{rel}", drop_statement(rel))
+        elif rel.startswith(REPLACEABLE) and runs_code(previous[rel]):
+            down_path = write(f"downgrade/{rel}", without_calls(previous[rel]))
         elif rel.startswith(REPLACEABLE):
             down_path = pointer(previous[rel])
         else:

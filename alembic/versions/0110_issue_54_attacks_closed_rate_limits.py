@@ -82,6 +82,7 @@ UPGRADE = [
     '0110_issue_54_attacks_closed_rate_limits/views/finished_totals.sql',
     '0110_issue_54_attacks_closed_rate_limits/views/stage_config.sql',
     '0110_issue_54_attacks_closed_rate_limits/views/stats.sql',
+    '0110_issue_54_attacks_closed_rate_limits/alter/views/tasks.sql',
     '0110_issue_54_attacks_closed_rate_limits/views/tasks.sql',
 ]
 DOWNGRADE = [
@@ -98,7 +99,7 @@ DOWNGRADE = [
     '0101_shared_error_re_arm_and_fail_helpers_for/functions/schedule.sql',
     '0100_baseline/functions/run_sql_tasks.sql',
     '0110_issue_54_attacks_closed_rate_limits/downgrade/drop/functions/run_schedule_now.sql',
-    '0104_citus_consume_filters_on_its_stage/functions/rotate_partitions.sql',
+    '0110_issue_54_attacks_closed_rate_limits/downgrade/functions/rotate_partitions.sql',
     '0104_citus_consume_filters_on_its_stage/functions/retry.sql',
     '0109_finish_batch_and_reap_hung_probe_the/functions/reap_hung.sql',
     '0110_issue_54_attacks_closed_rate_limits/downgrade/drop/functions/maintain_now.sql',

@@ -69,7 +69,7 @@ BEGIN
         END LOOP;
 
         IF NOT v_s.overlap
-           AND EXISTS (SELECT FROM queue.live_tasks t WHERE t.id = v_s.last_task) THEN
+           AND EXISTS (SELECT 1 FROM queue.live_tasks t WHERE t.id = v_s.last_task) THEN
             UPDATE queue.schedules s
                SET next_fire = v_next
              WHERE s.name = v_s.name;

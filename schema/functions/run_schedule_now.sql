@@ -34,7 +34,7 @@ BEGIN
                                              pg_catalog.quote_literal(pg_catalog.left(run_schedule_now.name, 200))),
                   HINT = 'SELECT name FROM queue.schedules lists them; queue.schedule() creates one.';
     END IF;
-    IF NOT v_s.overlap AND EXISTS (SELECT FROM queue.live_tasks t WHERE t.id = v_s.last_task) THEN
+    IF NOT v_s.overlap AND EXISTS (SELECT 1 FROM queue.live_tasks t WHERE t.id = v_s.last_task) THEN
         RETURN NULL;
     END IF;
     v_id := queue.enqueue(payload => v_s.payload, stage => v_s.stage, priority => v_s.priority,

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from typing import Any, Iterator
 
 import psycopg
@@ -278,6 +279,115 @@ def test_max_running_holds_for_takes_inside_and_outside_transactions(url: str) -
         other.close()
 
 
+
+def test_enqueue_after_refuses_in_one_line_on_citus(url: str) -> None:
+    """A task and the tasks it waits for can live on different shards: 0A000, saying so, nothing written."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        [(first,)] = conn.execute("SELECT queue.enqueue('{}', 'after.a')").fetchall()
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute("SELECT queue.enqueue('{}', 'after.b', after => ARRAY[%s::bigint])", (first,))
+        assert refused.value.sqlstate == "0A000"
+        assert refused.value.diag.message_primary == "after is not supported on Citus"
+        assert conn.execute("SELECT count(*) FROM queue.live_tasks WHERE stage = 'after.b'").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM queue.dependencies").fetchone() == (0,)
+
+
+def test_results_progress_rate_limits_schedules_and_totals_on_citus(url: str, nodes: citus.CitusCluster) -> None:
+    """Revision 0110's worker-facing calls on Citus: heartbeat with progress and finish with a
+    result (one statement on the stage's worker each), a rate-limited and a grouped take (also
+    inside a transaction), task_timeout, a schedule without overlap and run_schedule_now, and
+    finished_totals across a retry that takes a run out of history (queue.finished_dropped)."""
+    workers = [w.port for w in nodes.workers if w.port is not None]
+    r = Remote(url)
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT queue.configure_stage('res.a', task_timeout => interval '90 seconds')")
+        assert admin.execute("SELECT queue.task_timeout('res.a')").fetchone() == (timedelta(seconds=90),)
+        [(tid,)], sent = r.call("SELECT queue.enqueue('{}', 'res.a')")
+        port = one_worker(sent, "enqueue", workers)
+        [(tid, lease)], _ = r.call("SELECT id, lease FROM queue.take_next('res.a')")
+        _, sent = r.call("SELECT queue.heartbeat(%s, %s, stage => 'res.a', progress => %s::jsonb)", (tid, lease, '{"done": 5}'))
+        assert one_worker(sent, "heartbeat", workers) == port
+        assert admin.execute("SELECT progress FROM queue.tasks WHERE id = %s", (tid,)).fetchone() == ({"done": 5},)
+        [(ok,)], sent = r.call("SELECT queue.finish(%s, %s, stage => 'res.a', result => %s::jsonb)", (tid, lease, '{"rows": 7}'))
+        assert ok is True and one_worker(sent, "finish", workers) == port
+        assert admin.execute("SELECT status::text, result FROM queue.tasks WHERE id = %s", (tid,)).fetchone() == ("done", {"rows": 7})
+        # finish_batch carries a result per task into the same shard.
+        admin.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[2]), 'res.a')")
+        rows, _ = r.call("SELECT id, lease FROM queue.take_next('res.a', 2)")
+        _, sent = r.call("SELECT queue.finish_batch(%s, %s::uuid[], 'res.a', %s::jsonb[])",
+                         ([x[0] for x in rows], [x[1] for x in rows], ['{"k": 1}', '{"k": 2}']))
+        assert one_worker(sent, "finish_batch", workers) == port
+        assert admin.execute("SELECT result FROM queue.history WHERE id = ANY(%s) ORDER BY id",
+                             ([x[0] for x in rows],)).fetchall() == [({"k": 1},), ({"k": 2},)]
+
+        # A rate limit counts in queue.rate_windows on the stage's node: 3 an hour, however asked.
+        admin.execute("SELECT queue.configure_stage('rate.a', rate_limit => 3, rate_window => interval '1 hour')")
+        admin.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[10]), 'rate.a')")
+        taken, sent = r.call("SELECT id FROM queue.take_next('rate.a', 2)")
+        rate_port = one_worker(sent, "take_next", workers)
+        assert len(taken) == 2
+        with r.conn.transaction():
+            assert len(r.call("SELECT id FROM queue.take_next('rate.a', 5)")[0]) == 1
+        assert r.call("SELECT id FROM queue.take_next('rate.a', 5)")[0] == []
+        assert admin.execute("SELECT taken FROM queue.rate_windows WHERE stage = 'rate.a' AND group_key = ''").fetchone() == (3,)
+        assert admin.execute("SELECT count(*) FROM queue.live_tasks WHERE stage = 'rate.a' AND status = 'running'").fetchone() == (3,)
+        assert rate_port in workers
+        # group_limit: one running task per group (the same grouped claim as rate_per_group).
+        admin.execute("SELECT queue.configure_stage('grp.a', group_limit => 1)")
+        admin.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[3]), 'grp.a', group_key => 'g')")
+        assert len(r.call("SELECT id FROM queue.take_next('grp.a', 3)")[0]) == 1
+        assert r.call("SELECT id FROM queue.take_next('grp.a', 3)")[0] == []
+
+        # A schedule without overlap: run now enqueues, a second run and a due tick skip while it is live.
+        admin.execute("SELECT queue.schedule('citus.once', '* * * * *', 'sched.b', overlap => false)")
+        [(first,)] = admin.execute("SELECT queue.run_schedule_now('citus.once')").fetchall()
+        assert first is not None
+        assert admin.execute("SELECT queue.run_schedule_now('citus.once')").fetchone() == (None,)
+        assert admin.execute("SELECT queue.fire_schedules(now => now() + interval '2 minutes')").fetchone() == (0,)
+        assert admin.execute("SELECT count(*) FROM queue.live_tasks WHERE stage = 'sched.b'").fetchone() == (1,)
+        admin.execute("SELECT queue.unschedule('citus.once')")
+
+        # finished_totals reads history and finished_dropped on every node; a retry takes a
+        # cancelled run out of history and the total stays.
+        [(cid,)] = admin.execute("SELECT queue.enqueue('{}', 'tot.a')").fetchall()
+        admin.execute("SELECT queue.cancel(%s, 'tot.a')", (cid,))
+        totals = "SELECT status, total FROM queue.finished_totals WHERE stage IN ('tot.a', 'res.a') ORDER BY stage, status"
+        assert admin.execute(totals).fetchall() == [("done", 3), ("cancelled", 1)]
+        admin.execute("SELECT queue.retry(%s, 'tot.a')", (cid,))
+        assert admin.execute("SELECT count(*) FROM queue.history WHERE stage = 'tot.a'").fetchone() == (0,)
+        assert admin.execute("SELECT status::text, total FROM queue.finished_dropped WHERE stage = 'tot.a'").fetchall() == [("cancelled", 1)]
+        assert admin.execute(totals).fetchall() == [("done", 3), ("cancelled", 1)]
+    r.conn.close()
+
+
+def test_maintain_now_reaps_an_expired_lease_with_the_reaper_clock_on_citus(url: str) -> None:
+    """maintain() and maintain_now() on Citus: reap_hung records the clock in the reference table
+    queue.reaper_clock and gives back a task whose lease expired; one session at a time."""
+    with psycopg.connect(url, autocommit=True) as admin, psycopg.connect(url, autocommit=True) as worker:
+        steps = {row[0] for row in admin.execute("SELECT task FROM queue.maintain()").fetchall()}
+        assert {"reap_hung", "fire_schedules", "rotate_partitions", "stage_waiters", "compact"} <= steps
+        [(observed,)] = admin.execute("SELECT observed FROM queue.reaper_clock").fetchall()
+        assert observed is not None
+        worker.execute("SELECT queue.enqueue('{}', 'reap.a')")
+        [(tid, lease)] = worker.execute("SELECT id, lease FROM queue.take_next('reap.a', 1, interval '1 second')").fetchall()
+        # another session holding maintain_now's lock: this one returns no row at once
+        with psycopg.connect(url) as holder:
+            holder.execute("SELECT pg_advisory_xact_lock(hashtextextended('skiplock.worker_maintain', 0))")
+            assert worker.execute("SELECT * FROM queue.maintain_now()").fetchall() == []
+        reaped: list[int] = []
+
+        def reaped_it() -> bool:
+            rows = dict((t, c) for t, c, _ in worker.execute("SELECT * FROM queue.maintain_now()").fetchall())
+            reaped.append(rows.get("reap_hung", 0))
+            return admin.execute("SELECT status::text FROM queue.live_tasks WHERE id = %s", (tid,)).fetchone() == ("error",)
+        wait_for("maintain_now to reap the expired lease", reaped_it)
+        assert sum(reaped) >= 1
+        with pytest.raises(psycopg.Error) as lost:
+            worker.execute("SELECT queue.heartbeat(%s, %s, stage => 'reap.a')", (tid, lease))
+        assert lost.value.sqlstate == "SK001"
+        assert admin.execute("SELECT observed >= %s FROM queue.reaper_clock", (observed,)).fetchone() == (True,)
+
+
 # -- the drain -------------------------------------------------------------------------------------
 FIRST = [f"drain.a{k}" for k in range(4)]
 SECOND = [f"drain.b{k}" for k in range(4)]
@@ -357,7 +467,7 @@ def test_consume_admin_calls_and_the_views_work_on_citus(url: str, nodes: citus.
             " WHERE stage IN ('cons.a', 'admin.a')").fetchall()}
         assert metrics[("admin.a", "ready")] == (3, 0)
         assert metrics[("cons.a", "done")][0] == 0  # listed for its history alone: no live task
-        assert len(metrics) == 2 * 6  # every status of both stages
+        assert len(metrics) == 2 * 7  # every status of both stages (waiting too)
         stages = {row[0] for row in admin.execute("SELECT stage FROM queue.stage_config").fetchall()}
         assert {"*", "admin.a"} <= stages and "cons.a" not in stages  # no live task, no settings
 

@@ -9,10 +9,11 @@ CREATE OR REPLACE FUNCTION queue._rate_count(
         at         timestamptz,
         settings   queue.stage_settings)
     RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql  -- not sql: Citus cannot plan a distributed statement of a SQL function with parameters
     VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
     INSERT INTO queue.rate_windows AS w (stage, group_key, window_start, taken, burst_start, burst_taken)
     SELECT _rate_count.stage, g.group_key,
            queue._rate_bin(_rate_count.at, _rate_count.settings, false), g.n,
@@ -26,7 +27,8 @@ AS $$
            window_start = EXCLUDED.window_start,
            burst_taken  = CASE WHEN w.burst_start = EXCLUDED.burst_start THEN w.burst_taken + EXCLUDED.burst_taken
                                ELSE EXCLUDED.burst_taken END,
-           burst_start  = EXCLUDED.burst_start
+           burst_start  = EXCLUDED.burst_start;
+END
 $$;
 COMMENT ON FUNCTION queue._rate_count(text, text[], timestamptz, queue.stage_settings) IS 'Internal, for take_next and _take_grouped: adds the tasks a take just claimed in a rate-limited stage (one per group_key, or '''' for the stage) to the current window''s count in queue.rate_windows.';
 REVOKE ALL ON FUNCTION queue._rate_count(text, text[], timestamptz, queue.stage_settings) FROM PUBLIC;

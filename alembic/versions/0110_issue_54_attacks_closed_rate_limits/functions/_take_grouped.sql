@@ -46,6 +46,8 @@ DECLARE
     -- A rate_limit: counted after each pass, per group (rate_per_group) or for the stage.
     v_settings       queue.stage_settings := queue._settings(_take_grouped.stage);
     v_rate_groups    boolean := v_settings.rate_limit IS NOT NULL AND v_settings.rate_per_group;
+    -- One random value per call, a distinct lease per task from it: Citus refuses VOLATILE calls in an UPDATE.
+    v_lease_seed     text := pg_catalog.gen_random_uuid()::text;
 BEGIN
     WHILE v_left > 0 AND v_read < _take_grouped.batch + 1000 LOOP
         v_capped := v_held || ARRAY(SELECT r.group_key
@@ -111,13 +113,13 @@ BEGIN
             UPDATE queue.live_tasks t
                SET status        = 'running',
                    attempt       = t.attempt + 1,
-                   lease         = pg_catalog.gen_random_uuid(),
+                   lease         = pg_catalog.md5(v_lease_seed || t.id::text)::uuid,
                    lease_expires = _take_grouped.taken_at + _take_grouped.lease_for,
                    started       = _take_grouped.taken_at,
                    updated       = _take_grouped.taken_at,
                    worker        = _take_grouped.worker
               FROM picked
-             WHERE t.id = picked.id
+             WHERE t.stage = _take_grouped.stage AND t.id = picked.id  -- the stage: Citus routes by it
             RETURNING t AS task
         )
         SELECT pg_catalog.array_agg(c.task ORDER BY (c.task).priority, (c.task).run_at, (c.task).id)

@@ -1,0 +1,4 @@
+-- The view is dropped before views/tasks.sql makes it again. On Citus it is a distributed object
+-- once distribute ran, and CREATE OR REPLACE of it with a new dependency on queue.dependencies (a
+-- local table until distribute runs again) is refused; a new view on it is made on the coordinator.
+DROP VIEW IF EXISTS queue.tasks;

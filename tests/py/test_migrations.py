@@ -338,7 +338,8 @@ def test_the_baseline_is_not_rewritten_once_a_revision_follows_it(tmp_path, monk
     shutil.copytree(ROOT / "alembic" / "versions", versions, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(revision, "VERSIONS", versions)
     monkeypatch.setattr(revision, "RELEASES", {})  # as before 0.1.0: the other guard
-    (versions / "0101_x.py").write_text("revision = '0101'\ndown_revision = '0100'\n")
+    head = revision.revisions()[-1][0]  # a revision after the head, whatever the history holds
+    (versions / "9999_x.py").write_text(f"revision = '9999'\ndown_revision = '{head}'\n")
     with pytest.raises(SystemExit, match="revisions after the baseline"):
         revision.make_baseline()
     monkeypatch.setattr(revision, "RELEASES", {"0.1.0": "0100"})

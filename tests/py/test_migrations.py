@@ -391,6 +391,8 @@ def test_a_changed_table_ships_its_alter_and_no_copy_of_the_table(tmp_path, monk
     assert copies == ["alter/tables/schedules.sql", "downgrade/alter/tables/schedules.sql"]
     assert revision.altered(directory) == {"tables/schedules.sql": hashlib.sha256(table.read_bytes()).hexdigest()}
     assert revision.unshipped() == [] and revision.removed() == []
+    # No build from frozen files reaches that state (the step-by-step test upgrades straight to it).
+    assert not build_frozen("postgresql://unused", revision.revisions())
     table.write_text(table.read_text() + "-- again\n")
     assert revision.unshipped() == ["tables/schedules.sql"]
 

@@ -348,7 +348,7 @@ def make_revision(message: str, rev: str | None = None, *, base: list[tuple[str,
             stub = f"downgrade/alter/create_{rel}"
             downgrade.append(write(stub, STUB.format(what="re-creation", rel=rel, rev=rev, stub=stub)))
     if carried:
-        upgrade, downgrade = _place_carried(dirname, write, upgrade, downgrade, carried)
+        upgrade, downgrade = _place_carried(write, upgrade, downgrade, carried)
 
     (VERSIONS / f"{dirname}.py").write_text(TEMPLATE.format(
         message=message, rev=rev, down=down or "", down_repr=repr(down),
@@ -368,7 +368,7 @@ def _kind(path: str) -> str:
     return kind if kind in ("types", "tables") else "other"
 
 
-def _place_carried(dirname: str, write: Callable[[str, str], str], upgrade: list[str], downgrade: list[str],
+def _place_carried(write: Callable[[str, str], str], upgrade: list[str], downgrade: list[str],
                    carried: list[tuple[str, str, str]]) -> tuple[list[str], list[str]]:
     """The squashed revisions' hand-written files in the release's lists. Upgrade, in the order they
     ran: the ALTERs of types before the release's first types/ file, of tables before its first
@@ -389,18 +389,20 @@ def _place_carried(dirname: str, write: Callable[[str, str], str], upgrade: list
         head, rest = path.split("/", 1) if path.startswith("alter/") else ("downgrade", path.split("/", 1)[1])
         return write(f"{head}/{rev}/{rest}", text)
 
-    KINDS_FROM = {"types": ("types", "tables", "functions", "views"), "tables": ("tables", "functions", "views"),
+    from_kinds = {"types": ("types", "tables", "functions", "views"), "tables": ("tables", "functions", "views"),
                   "functions": ("functions", "views")}
     order = ("types", "tables", "other")
+    # A hand-written downgrade copy (downgrade/functions/x.sql) takes the place of the pointer.
     for rev, path, text in [d for d in downs if d[1].startswith(tuple(f"downgrade/{k}" for k in REPLACEABLE))]:
         rel = path.removeprefix("downgrade/")
-        at = next(i for i, e in enumerate(downgrade) if e.split("/", 1)[1] == rel)
-        downgrade[at] = written(rev, path, text)
+        at = next((i for i, e in enumerate(downgrade) if e.split("/", 1)[1] == rel), None)
+        if at is not None:
+            downgrade[at] = written(rev, path, text)
     downs = [d for d in downs if not d[1].startswith(tuple(f"downgrade/{k}" for k in REPLACEABLE))]
     for kind in order:
         block = [written(*c) for c in ups if _kind(c[1]) == kind]
         target = "functions" if kind == "other" else kind
-        at = next((i for i, e in enumerate(upgrade) if kind_of(e) in KINDS_FROM[target]), len(upgrade))
+        at = next((i for i, e in enumerate(upgrade) if kind_of(e) in from_kinds[target]), len(upgrade))
         upgrade[at:at] = block
     for kind in order:
         block = [written(*c) for c in downs if _kind(c[1]) == kind]

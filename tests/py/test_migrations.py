@@ -448,6 +448,7 @@ def squashed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     script = tmp_path_factory.mktemp("alembic") / "alembic"
     shutil.copytree(ROOT / "alembic", script, ignore=shutil.ignore_patterns("__pycache__", "versions"))
     shutil.copytree(directory.parent, script / "versions")
+    shutil.rmtree(directory.parent.parent)  # the dry run's temporary copy
     return script
 
 

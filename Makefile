@@ -5,7 +5,7 @@ PY    := $(VENV)/bin/python
 APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl postgresql-15-plpgsql-check postgresql-15-cron libfaketime pgbouncer \
                 chromium chromium-driver prometheus prometheus-postgres-exporter
 
-.PHONY: demo test test-citus citus lint docs screenshots bench-web bench bench-peers peers-packages profile revision baseline check-schema system-packages venv venv-bench clean
+.PHONY: demo test test-citus citus lint docs screenshots bench-web bench bench-peers peers-packages profile revision release baseline check-schema system-packages venv venv-bench clean
 
 ## demo: a throwaway cluster (or DATABASE_URL), migrations, workers draining a pipeline, a summary
 demo: venv
@@ -83,6 +83,10 @@ profile: venv
 ## revision: freeze what changed in schema/ into a new migration: make revision m="what changed"
 revision: venv
 	$(PY) -m dev.revision -m "$(m)"
+
+## release: squash the revisions since the last release into one and record it: make release v=0.2.0 (dry=1: into a temporary copy)
+release: venv
+	$(PY) -m dev.revision --release "$(v)" $(if $(dry),--dry-run)
 
 ## baseline: rewrite the history as one revision generated from schema/ (refused once 0.1.0 is released)
 baseline: venv

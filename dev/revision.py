@@ -7,21 +7,35 @@ revision from the difference:
 
 - a new file, or a changed function, view or bootstrap file: its copy runs as is (functions and
   views are CREATE OR REPLACE; bootstrap files are idempotent);
-- a changed table or type: its copy is frozen for the record, and a stub in alter/ must be
-  hand-written (ALTER TABLE …) before the revision can run;
+- a changed table or type: a stub in alter/ must be hand-written (ALTER TABLE …) before the
+  revision can run; no copy of the table is kept (a revision stores only files it runs), the
+  revision records the sha256 of the text its ALTER brings the table to (ALTERED), which is how
+  `make check-schema` knows the table is shipped;
+- a function whose signature changed (argument types, input names, a default removed, the result):
+  a generated DROP ROUTINE of the old form in signature/ runs before the new copy, and one of the
+  new form before the downgrade's old copy, so schema/ keeps no DROP of an old signature;
 - the downgrade points at the previous revision's copy of each changed function and view (no
   second copy), drops new ones, and gets stubs for what must be hand-written.
 
-`make baseline` (before 0.1.0 only) rewrites the whole history as one revision from schema/.
+`make release v=X.Y.Z` squashes the revisions since the last release into one revision generated
+from the difference between schema/ and that release, carrying over their hand-written ALTERs in
+order (and their downgrades in reverse): a release is one revision, and the squashed ids are
+refused by alembic/env.py (skiplock.migrate.SQUASHED). A released revision is never rewritten.
+`make baseline` (before 0.1.0 only) rewrote the whole history as one revision from schema/.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import datetime
+import hashlib
 import re
 import shutil
 import sys
+import tempfile
 from pathlib import Path
+from typing import Callable
 
 from skiplock.sqlfiles import ROOT, SCHEMA_DIR, schema_files, sort_key
 
@@ -35,8 +49,9 @@ DO $$ BEGIN RAISE EXCEPTION 'revision {rev}: {rel} changed; write the {what} in 
 # The pre-release history (0001-0029) was replaced by the baseline 0100 at 0.1.0; ids from it
 # are refused by name in alembic/env.py. New revisions number on from the baseline.
 BASELINE = "0100"
-# Set once 0.1.0 is declared: from then on the baseline is a landed revision and never rewritten.
-RELEASED = True
+# Each release and the revision id it shipped as its head, oldest first (`make release` appends).
+# A released revision is never rewritten; the revisions after the last one are squashed at the next.
+RELEASES = {'0.1.0': '0100'}
 
 TEMPLATE = '''"""{message}
 
@@ -55,6 +70,8 @@ branch_labels = {labels}
 depends_on = None
 
 VERSIONS = Path(__file__).parent
+# sha256 of the schema/ text each altered table or type is brought to (no copy is kept of it).
+ALTERED = {altered}
 UPGRADE = {upgrade}
 DOWNGRADE = {downgrade}
 
@@ -90,6 +107,13 @@ def revisions() -> list[tuple[str, Path]]:
     return ordered
 
 
+def altered(directory: Path) -> dict[str, str]:
+    """A revision's ALTERED: the sha256 of the schema/ text each table or type it altered was brought to."""
+    py = directory.with_suffix(".py")
+    found = re.search(r"^ALTERED = (\{.*?\})$", py.read_text(), re.M | re.S) if py.exists() else None
+    return ast.literal_eval(found.group(1)) if found else {}
+
+
 def latest_frozen(chain: list[tuple[str, Path]] | None = None) -> dict[str, Path]:
     """For every schema-relative path still shipped, its latest frozen copy. A revision that
     removed a file (its alter/drop_<path>) retires it."""
@@ -100,7 +124,7 @@ def latest_frozen(chain: list[tuple[str, Path]] | None = None) -> dict[str, Path
             rel = f.relative_to(directory).as_posix()
             if rel.startswith("alter/drop_"):
                 dropped.append(rel.removeprefix("alter/drop_"))
-            if rel.startswith(("downgrade/", "alter/")):
+            if rel.startswith(("downgrade/", "alter/", "signature/")):
                 continue
             latest[rel] = f
         for rel in dropped:
@@ -108,16 +132,108 @@ def latest_frozen(chain: list[tuple[str, Path]] | None = None) -> dict[str, Path
     return latest
 
 
-def unshipped() -> list[str]:
-    """schema/ files that differ from (or have no) frozen copy: what `make revision` would ship."""
-    latest = latest_frozen()
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def latest_digests(chain: list[tuple[str, Path]] | None = None) -> dict[str, str]:
+    """For every schema-relative path still shipped, the sha256 of its text as the history leaves
+    it: its latest frozen copy's, or the ALTERED record of a later revision that altered it."""
+    digests: dict[str, str] = {}
+    for step in revisions() if chain is None else chain:
+        copies = latest_frozen([step])
+        digests.update({rel: _digest(f.read_bytes()) for rel, f in copies.items()})
+        digests.update(altered(step[1]))
+        for f in step[1].glob("alter/drop_*/**/*.sql"):
+            digests.pop(f.relative_to(step[1] / "alter").as_posix().removeprefix("drop_"), None)
+    return digests
+
+
+def unshipped(chain: list[tuple[str, Path]] | None = None) -> list[str]:
+    """schema/ files that differ from (or have no) frozen text: what `make revision` would ship."""
+    shipped = latest_digests(chain)
     return [rel for rel in schema_files(SCHEMA_DIR)
-            if rel not in latest or latest[rel].read_bytes() != (SCHEMA_DIR / rel).read_bytes()]
+            if shipped.get(rel) != _digest((SCHEMA_DIR / rel).read_bytes())]
 
 
-def removed() -> list[str]:
+def removed(chain: list[tuple[str, Path]] | None = None) -> list[str]:
     current = set(schema_files(SCHEMA_DIR))
-    return sorted(rel for rel in latest_frozen() if rel not in current)
+    return sorted(rel for rel in latest_digests(chain) if rel not in current)
+
+
+# CREATE FUNCTION / PROCEDURE queue.name( … ) and what follows up to the first option.
+CREATE_ROUTINE = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(FUNCTION|PROCEDURE)\s+queue\.(\w+)\s*\(", re.I)
+ROUTINE_OPTION = re.compile(r"\b(LANGUAGE|AS|IMMUTABLE|STABLE|VOLATILE|SECURITY|SET|STRICT|PARALLEL|COST|ROWS|"
+                            r"CALLED|LEAKPROOF|BEGIN|NOT|WINDOW|SUPPORT|TRANSFORM)\b", re.I)
+MULTI_WORD_TYPES = ("double", "character", "timestamp", "time", "bit", "national")
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    """text split at sep outside parentheses and quotes."""
+    parts, depth, quote, start = [], 0, False, 0
+    for i, c in enumerate(text):
+        if c == "'":
+            quote = not quote
+        elif not quote and c in "([":
+            depth += 1
+        elif not quote and c in ")]":
+            depth -= 1
+        elif not quote and depth == 0 and c == sep:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def routines(text: str) -> dict[str, tuple[str, ...]]:
+    """The routines a file creates: identity 'queue.name(type, …)' -> what CREATE OR REPLACE cannot
+    change in place (input names, defaulted inputs, OUT arguments and RETURNS, normalised)."""
+    text = re.sub(r"--[^\n]*", "", text)
+    found: dict[str, tuple[str, ...]] = {}
+    for m in CREATE_ROUTINE.finditer(text):
+        depth, i = 1, m.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        types, names, defaults, outs = [], [], 0, []
+        for arg in _split_top(text[m.end():i - 1]):
+            words = re.split(r"\s+(?:DEFAULT\b|=)", arg, maxsplit=1, flags=re.I)
+            defaults += len(words) > 1
+            tokens = words[0].split()
+            mode = "in"
+            if tokens[0].lower() in ("in", "out", "inout", "variadic"):
+                mode = tokens.pop(0).lower()
+            name = tokens.pop(0) if len(tokens) > 1 and tokens[0].lower() not in MULTI_WORD_TYPES else ""
+            kind = " ".join(tokens).lower()
+            if mode == "out":
+                outs.append(f"{name} {kind}")
+                continue
+            types.append(kind if mode != "variadic" else f"variadic {kind}")
+            names.append(name.lower())
+        rest = ROUTINE_OPTION.split(text[i:], maxsplit=1)[0]
+        result = " ".join(rest.split()).lower()
+        found[f"queue.{m.group(2)}({', '.join(types)})"] = (m.group(1).upper(), ",".join(names), str(defaults),
+                                                            ";".join(outs), result)
+    return found
+
+
+def signature_drops(old: str, new: str) -> list[str]:
+    """The routines of old (a file's text) that new's CREATE OR REPLACE cannot replace in place: a
+    form gone (argument types changed), or one whose input names, defaults or result changed."""
+    before, after = routines(old), routines(new)
+    gone = [sig for sig, shape in before.items()
+            if sig not in after or after[sig][1:] != shape[1:] and _needs_drop(shape, after[sig])]
+    return [f"DROP ROUTINE IF EXISTS {sig};\n" for sig in gone]
+
+
+def _needs_drop(old: tuple[str, ...], new: tuple[str, ...]) -> bool:
+    """CREATE OR REPLACE refuses a changed input name, fewer defaults, a changed result."""
+    return old[1] != new[1] or int(new[2]) < int(old[2]) or old[3:] != new[3:]
+
+
+SIGNATURE_HEADER = ("-- Generated by make revision: the form{s} of {rel} that the {which} copy cannot replace\n"
+                    "-- in place (CREATE OR REPLACE keeps a changed signature beside the old one).\n"
+                    "-- squawk-ignore ban-drop-function\n")
 
 
 def drop_statement(rel: str) -> str:
@@ -175,16 +291,20 @@ def without_calls(path: Path) -> str:
     return f"-- {source} without its call (see dev/revision.py without_calls).\n" + "\n".join(kept).rstrip() + "\n"
 
 
-def make_revision(message: str, rev: str | None = None) -> Path | None:
-    """Write the next revision from what schema/ changed; rev overrides its number."""
+def make_revision(message: str, rev: str | None = None, *, base: list[tuple[str, Path]] | None = None,
+                  carried: list[tuple[str, str, str]] | None = None) -> Path | None:
+    """Write the next revision from what schema/ changed since base (default: the whole history);
+    rev overrides its number. carried (make release): hand-written (revision, path, text) files of
+    squashed revisions, alter/… and downgrade/…, that replace the stubs of changed tables and types."""
     message = " ".join(message.split())
-    changed = unshipped()
-    gone = removed()
-    if not changed and not gone:
+    chain = revisions() if base is None else base
+    changed = unshipped(chain)
+    gone = removed(chain)
+    if not changed and not gone and not carried:
         print("schema/ has no unshipped change: no revision written")
         return None
-    previous = latest_frozen()
-    chain = revisions()
+    previous = latest_frozen(chain)
+    shipped = latest_digests(chain)
     down = chain[-1][0] if chain else None
     if rev is None:
         rev = f"{int(down) + 1:04d}" if down else BASELINE
@@ -205,43 +325,119 @@ def make_revision(message: str, rev: str | None = None) -> Path | None:
 
     upgrade: list[str] = []
     downgrade: list[str] = []
+    digests: dict[str, str] = {}
     for rel in sorted(changed, key=sort_key):
-        frozen = write(rel)
-        new_file = rel not in previous
+        new_file = rel not in shipped
         if new_file or rel.startswith(REPLACEABLE):
-            upgrade.append(frozen)
+            if rel in previous and rel.startswith("functions/"):
+                old, new = previous[rel].read_text(), (SCHEMA_DIR / rel).read_text()
+                for stub, drops, which in ((f"signature/{rel}", signature_drops(old, new), "new"),
+                                           (f"downgrade/signature/{rel}", signature_drops(new, old), "previous")):
+                    if drops:
+                        header = SIGNATURE_HEADER.format(s="s" if len(drops) > 1 else "", rel=rel, which=which)
+                        (upgrade if which == "new" else downgrade).append(write(stub, header + "".join(drops)))
+            upgrade.append(write(rel))
         else:
-            stub = f"alter/{rel}"
-            upgrade.append(write(stub, STUB.format(what="ALTER", rel=rel, rev=rev, stub=stub)))
+            # A table or type: only the ALTER runs; the text it leads to is recorded by its digest.
+            digests[rel] = _digest((SCHEMA_DIR / rel).read_bytes())
+            if carried is None:
+                stub = f"alter/{rel}"
+                upgrade.append(write(stub, STUB.format(what="ALTER", rel=rel, rev=rev, stub=stub)))
         # The downgrade undoes in reverse order, pointing at the previous frozen copy where one exists.
         if new_file:
-            down_path = write(f"downgrade/drop/{rel}", drop_statement(rel))
+            down_path: str | None = write(f"downgrade/drop/{rel}", drop_statement(rel))
         elif rel.startswith(REPLACEABLE) and runs_code(previous[rel]):
             down_path = write(f"downgrade/{rel}", without_calls(previous[rel]))
         elif rel.startswith(REPLACEABLE):
             down_path = pointer(previous[rel])
-        else:
+        elif carried is None:
             stub = f"downgrade/alter/{rel}"
             down_path = write(stub, STUB.format(what="reverse ALTER", rel=rel, rev=rev, stub=stub))
-        downgrade.insert(0, down_path)
+        else:
+            down_path = None
+        if down_path is not None:
+            signature = [i for i, p in enumerate(downgrade) if p == f"{dirname}/downgrade/signature/{rel}"]
+            downgrade.insert(0, down_path)
+            if signature:  # the new form goes before the previous copy is created again
+                downgrade.insert(0, downgrade.pop(signature[0] + 1))
     for rel in gone:
         upgrade.append(write(f"alter/drop_{rel}", drop_statement(rel)))
-        downgrade.append(pointer(previous[rel]))
+        if rel in previous and _digest(previous[rel].read_bytes()) == shipped[rel]:
+            downgrade.append(pointer(previous[rel]))
+        else:
+            stub = f"downgrade/alter/create_{rel}"
+            downgrade.append(write(stub, STUB.format(what="re-creation", rel=rel, rev=rev, stub=stub)))
+    if carried:
+        upgrade, downgrade = _place_carried(write, upgrade, downgrade, carried)
 
     (VERSIONS / f"{dirname}.py").write_text(TEMPLATE.format(
         message=message, rev=rev, down=down or "", down_repr=repr(down),
-        labels=repr(("skiplock",)) if down is None else None,
+        labels=repr(("skiplock",)) if down is None else None, altered=_pydict(digests),
         upgrade=_pylist(upgrade), downgrade=_pylist(downgrade)))
     print(f"wrote alembic/versions/{dirname}.py shipping {len(changed)} changed and {len(gone)} removed file(s)")
     for s in upgrade + downgrade:
-        if "/alter/" in s and not s.split("/alter/", 1)[1].startswith("drop_"):
+        if "Hand-write the" in (VERSIONS / s).read_text():
             print(f"  hand-write: alembic/versions/{s}")
     return directory
 
 
+def _kind(path: str) -> str:
+    """types, tables, functions or views: what a hand-written alter/… or downgrade/alter/… file changes."""
+    parts = path.split("/")
+    kind = parts[2] if parts[:2] == ["downgrade", "alter"] else parts[1] if parts[0] == "alter" else ""
+    return kind if kind in ("types", "tables") else "other"
+
+
+def _place_carried(write: Callable[[str, str], str], upgrade: list[str], downgrade: list[str],
+                   carried: list[tuple[str, str, str]]) -> tuple[list[str], list[str]]:
+    """The squashed revisions' hand-written files in the release's lists. Upgrade, in the order they
+    ran: the ALTERs of types before the release's first types/ file, of tables before its first
+    tables/ file (so before the new tables), the others before its first functions/ file. Downgrade,
+    in reverse: the others first (they drop what the previous copies cannot replace), the reverse
+    ALTERs of tables after the release's last tables/ entry (the new tables are dropped first), of
+    types after its last types/ entry."""
+    ups = [(rev, path, text) for rev, path, text in carried if path.startswith("alter/")]
+    revs = list(dict.fromkeys(rev for rev, _, _ in carried))
+    downs = [c for rev in reversed(revs) for c in carried if c[0] == rev and c[1].startswith("downgrade/")]
+
+    def kind_of(entry: str) -> str:
+        rel = entry.split("/", 1)[1]
+        rel = rel.removeprefix("downgrade/").removeprefix("drop/").removeprefix("signature/")
+        return rel.split("/", 1)[0]
+
+    def written(rev: str, path: str, text: str) -> str:
+        head, rest = path.split("/", 1) if path.startswith("alter/") else ("downgrade", path.split("/", 1)[1])
+        return write(f"{head}/{rev}/{rest}", text)
+
+    from_kinds = {"types": ("types", "tables", "functions", "views"), "tables": ("tables", "functions", "views"),
+                  "functions": ("functions", "views")}
+    order = ("types", "tables", "other")
+    # A hand-written downgrade copy (downgrade/functions/x.sql) takes the place of the pointer.
+    for rev, path, text in [d for d in downs if d[1].startswith(tuple(f"downgrade/{k}" for k in REPLACEABLE))]:
+        rel = path.removeprefix("downgrade/")
+        at = next((i for i, e in enumerate(downgrade) if e.split("/", 1)[1] == rel), None)
+        if at is not None:
+            downgrade[at] = written(rev, path, text)
+    downs = [d for d in downs if not d[1].startswith(tuple(f"downgrade/{k}" for k in REPLACEABLE))]
+    for kind in order:
+        block = [written(*c) for c in ups if _kind(c[1]) == kind]
+        target = "functions" if kind == "other" else kind
+        at = next((i for i, e in enumerate(upgrade) if kind_of(e) in from_kinds[target]), len(upgrade))
+        upgrade[at:at] = block
+    for kind in order:
+        block = [written(*c) for c in downs if _kind(c[1]) == kind]
+        if kind == "other":
+            downgrade[0:0] = block
+            continue
+        later = {"types": ("bootstrap",), "tables": ("types", "bootstrap")}[kind]
+        at = next((i for i, e in enumerate(downgrade) if kind_of(e) in later), len(downgrade))
+        downgrade[at:at] = block
+    return upgrade, downgrade
+
+
 def make_baseline() -> Path | None:
     """Rewrite the whole history as one baseline revision generated from schema/ (before 0.1.0 only)."""
-    if RELEASED:
+    if RELEASES:
         raise SystemExit("the baseline shipped with 0.1.0 and is never rewritten: run make revision m=\"…\"")
     chain = revisions()
     if any(rev != BASELINE for rev, _ in chain):
@@ -255,6 +451,109 @@ def make_baseline() -> Path | None:
     return make_revision("baseline", rev=BASELINE)
 
 
+def hand_written(directory: Path) -> list[tuple[str, str]]:
+    """A revision's hand-written files, (path in its folder, text), in the order its lists run them:
+    alter/… (not alter/drop_…, generated) from UPGRADE, then downgrade/… from DOWNGRADE except the
+    generated drops of new files (downgrade/drop/<kind>/…) and signature drops."""
+    text = directory.with_suffix(".py").read_text()
+    prefix = directory.name + "/"
+    found: list[tuple[str, str]] = []
+    for listing in ("UPGRADE", "DOWNGRADE"):
+        block = re.search(rf"^{listing} = (\[.*?\])$", text, re.M | re.S)
+        for entry in ast.literal_eval(block.group(1)) if block else []:
+            path = entry.removeprefix(prefix)
+            if not entry.startswith(prefix) or path.startswith(("alter/drop_", "downgrade/signature/")):
+                continue
+            generated = re.match(r"downgrade/drop/(bootstrap|types|tables|functions|views)/", path)
+            if path.startswith("alter/") or path.startswith("downgrade/") and not generated:
+                found.append((path, (directory / path).read_text()))
+    return found
+
+
+def make_release(version: str, *, dry_run: bool = False) -> Path | None:
+    """Squash the revisions since the last release into one revision generated from the difference
+    between schema/ and that release's frozen files, carrying their hand-written ALTERs; record the
+    release (RELEASES here, skiplock.migrate.SQUASHED, CHANGELOG.md, pyproject.toml). --dry-run
+    writes the squash into a temporary copy of alembic/versions and prints what it would do."""
+    global VERSIONS
+    if not re.fullmatch(r"\d+\.\d+\.\d+", version) or version in RELEASES:
+        raise SystemExit(f"give a new version X.Y.Z (released: {', '.join(RELEASES)})")
+    last, head = list(RELEASES.items())[-1]
+    chain = revisions()
+    ids = [r for r, _ in chain]
+    if head not in ids:
+        raise SystemExit(f"the head of {last} ({head}) is not in the history {ids}")
+    released, squashed = chain[:ids.index(head) + 1], chain[ids.index(head) + 1:]
+    pending = unshipped() + removed()
+    if pending:
+        raise SystemExit(f"schema/ has unshipped changes ({', '.join(pending[:5])}): make revision first")
+    if not squashed:
+        raise SystemExit(f"no revision since {last} ({head}): nothing to release")
+    carried = [(rev, path, text) for rev, directory in squashed for path, text in hand_written(directory)]
+    left = [f"{rev}/{path}" for rev, path, text in carried if "Hand-write the" in text]
+    if left:
+        raise SystemExit(f"stubs still to hand-write: {left}")
+    new_files = set(unshipped(released)) - set(latest_digests(released))
+    # An ALTER of a table the release creates is part of its text; so is its reverse. A hand-written
+    # downgrade copy of a function or view (downgrade/functions/x.sql) stands for the released copy
+    # only in the first squashed revision that changed the file.
+    first_change = {rel: rev for rev, directory in reversed(squashed) for rel in latest_frozen([(rev, directory)])}
+    carried = [(rev, path, text) for rev, path, text in carried
+               if path.removeprefix("downgrade/").removeprefix("alter/") not in new_files
+               and (not path.startswith(tuple(f"downgrade/{k}" for k in REPLACEABLE))
+                    or first_change.get(path.removeprefix("downgrade/")) == rev)]
+    rev = f"{int(ids[-1]) + 1:04d}"
+    if dry_run:
+        scratch = Path(tempfile.mkdtemp(prefix="skiplock-release-")) / "versions"
+        shutil.copytree(VERSIONS, scratch, ignore=shutil.ignore_patterns("__pycache__"))
+        VERSIONS, real = scratch, VERSIONS
+        released = [(r, scratch / d.name) for r, d in released]
+    try:
+        directory = make_revision(f"release {version}", rev=rev, base=released, carried=carried)
+    finally:
+        if dry_run:
+            VERSIONS = real
+    assert directory is not None
+    versions = directory.parent
+    for _, d in squashed:
+        shutil.rmtree(versions / d.name)
+        (versions / d.name).with_suffix(".py").unlink()
+    names = ", ".join(r for r, _ in squashed)
+    print(f"{'would squash' if dry_run else 'squashed'} {names} into {rev} ({version}), "
+          f"carrying {len(carried)} hand-written file(s); the squashed ids are refused by alembic/env.py")
+    records = {
+        ROOT / "dev" / "revision.py": (r"^RELEASES = \{.*\}$",
+                                       f"RELEASES = {dict(RELEASES, **{version: rev})!r}"),
+        ROOT / "skiplock" / "migrate.py": (r"^SQUASHED: dict\[str, tuple\[str, str, str\]\] = \{.*\}$",
+                                           "SQUASHED: dict[str, tuple[str, str, str]] = "
+                                           f"{dict(_squashed(), **{version: (squashed[0][0], squashed[-1][0], head)})!r}"),
+        ROOT / "CHANGELOG.md": (r"^## Unreleased$", f"## Unreleased\n\n## {version} ({datetime.date.today()})"),
+        ROOT / "pyproject.toml": (r'^version = "[^"]*"$', f'version = "{version}"'),
+    }
+    for path, (pattern, line) in records.items():
+        if dry_run:
+            print(f"would write in {path.relative_to(ROOT)}: {line.splitlines()[-1]}")
+            continue
+        text, n = re.subn(pattern, lambda _: line, path.read_text(), count=1, flags=re.M)
+        if n != 1:
+            raise SystemExit(f"{path}: no line matches {pattern}; record the release there by hand")
+        path.write_text(text)
+    if dry_run:
+        print(f"the squashed history is in {versions}")
+    return directory
+
+
+def _squashed() -> dict[str, tuple[str, str, str]]:
+    from skiplock.migrate import SQUASHED
+    return dict(SQUASHED)
+
+
+def _pydict(items: dict[str, str]) -> str:
+    if not items:
+        return "{}"
+    return "{\n" + "".join(f"    {k!r}: {v!r},\n" for k, v in sorted(items.items())) + "}"
+
+
 def _pylist(items: list[str]) -> str:
     if not items:
         return "[]"
@@ -265,9 +564,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="skiplock-revision", description=__doc__.splitlines()[0])
     parser.add_argument("-m", "--message", required=False, help="what the revision changes")
     parser.add_argument("--check", action="store_true", help="exit 1 if schema/ has unshipped changes")
+    parser.add_argument("--release", metavar="X.Y.Z",
+                        help="squash the revisions since the last release into one revision and record the release")
+    parser.add_argument("--dry-run", action="store_true", help="with --release: write into a temporary copy")
     parser.add_argument("--baseline", action="store_true",
                         help="regenerate the single baseline revision from schema/ (before 0.1.0 only)")
     args = parser.parse_args(argv)
+    if args.release:
+        make_release(args.release, dry_run=args.dry_run)
+        return 0
     if args.baseline:
         make_baseline()
         return 0

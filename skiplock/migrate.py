@@ -49,6 +49,17 @@ LOCK_ORDER = ["stage_settings", "stage_access", "live_tasks", "stage_waiters", "
 
 # Revision ids of the pre-release history, replaced by the 0.1.0 baseline (0100).
 PRE_RELEASE = frozenset(f"{n:04d}" for n in range(1, 30))
+# Each release's squashed revisions: (first, last) ids of the unreleased revisions that `make release`
+# replaced with one revision, and the previous release's head. Written by `make release`.
+SQUASHED: dict[str, tuple[str, str, str]] = {}
+
+
+def squashed_by(rev: str | None) -> tuple[str, str] | None:
+    """(release, previous release's head) when rev is an unreleased id that a release squashed."""
+    for version, (first, last, base) in SQUASHED.items():
+        if rev is not None and rev.isdigit() and int(first) <= int(rev) <= int(last):
+            return version, base
+    return None
 
 
 def refuse_pre_release(current: Sequence[str | None]) -> None:
@@ -60,6 +71,13 @@ def refuse_pre_release(current: Sequence[str | None]) -> None:
         raise CommandError(
             f"this database is at skiplock revision {old[0]}, from the pre-release history that 0.1.0 replaced "
             "with one baseline: back up its tasks, DROP SCHEMA queue CASCADE, then run skiplock upgrade")
+    for rev in current:
+        found = squashed_by(rev)
+        if found:
+            raise CommandError(
+                f"this database is at skiplock revision {rev}, never released: {found[0]} replaced it with one "
+                f"revision. Run `skiplock downgrade {found[1]}` with the skiplock that built it, or back up its tasks "
+                "and DROP SCHEMA queue CASCADE; then run skiplock upgrade")
 
 
 def refuse_old_server(e: BaseException) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -18,7 +19,7 @@ from alembic.script import ScriptDirectory
 from dev import revision
 from dev.testrun import create_database, drop_database
 from skiplock import migrate
-from skiplock.sqlfiles import ROOT, build_from_schema
+from skiplock.sqlfiles import ROOT, build_from_schema, run_files, sort_key
 
 # Everything a DBA or a caller can observe about schema queue, minus Alembic's own version table.
 CATALOG_QUERIES = {
@@ -146,6 +147,65 @@ def test_upgrade_downgrade_upgrade_round_trips(admin_url: str, schema_db: str):
         assert_same_catalog(catalog(url), catalog(schema_db))
     finally:
         drop_database(admin_url, url)
+
+
+def build_frozen(url: str, chain: list[tuple[str, Path]]) -> bool:
+    """Rebuild schema queue of url from the frozen copies the history up to chain[-1] leaves, as
+    build_from_schema builds schema/; False (nothing built) when a table or type of that state
+    exists only as an ALTER (its text recorded by digest, no copy): the state then has no build."""
+    frozen, digests = revision.latest_frozen(chain), revision.latest_digests(chain)
+    if any(rel not in frozen or hashlib.sha256(frozen[rel].read_bytes()).hexdigest() != d
+           for rel, d in digests.items()):
+        return False
+    with psycopg.connect(url) as conn:
+        conn.execute("DROP SCHEMA IF EXISTS queue CASCADE")
+        run_files(conn, revision.VERSIONS,
+                  [frozen[rel].relative_to(revision.VERSIONS).as_posix() for rel in sorted(frozen, key=sort_key)])
+    return True
+
+
+def enum_labels_kept(got: dict, want: dict) -> dict:
+    """got, less the enum labels a downgrade cannot remove (PostgreSQL has no ALTER TYPE … DROP
+    VALUE; 0110's downgrade keeps 'waiting', unused): an enum of got whose labels hold want's, in
+    their order, is counted as want's."""
+    wanted = {row[0]: row for row in want["types"] if row[1] == "e"}
+    types = []
+    for row in got["types"]:
+        w = wanted.get(row[0])
+        if w is not None and row[:4] == w[:4] and row[4] != w[4]:
+            kept = iter(row[4].strip("{}").split(","))
+            if all(label in kept for label in w[4].strip("{}").split(",")):  # a subsequence
+                row = w
+        types.append(row)
+    return dict(got, types=types)
+
+
+def test_downgrade_step_by_step_reaches_each_revision_as_its_frozen_files_build_it(admin_url: str):
+    """head → each earlier revision → base, one revision at a time: each state equals a build of
+    that revision's frozen files (or, where a table exists only as an ALTER, a database upgraded
+    straight to that revision)."""
+    chain = revision.revisions()
+    url, ref = create_database(admin_url, "step_down"), create_database(admin_url, "step_ref")
+    try:
+        migrate.upgrade(url)
+        for i in range(len(chain) - 2, -1, -1):
+            rev = chain[i][0]
+            migrate.downgrade(url, rev)
+            if not build_frozen(ref, chain[:i + 1]):
+                with psycopg.connect(ref, autocommit=True) as conn:
+                    conn.execute("DROP SCHEMA IF EXISTS queue CASCADE")
+                migrate.upgrade(ref, rev)
+            got, want = enum_labels_kept(catalog(url), catalog(ref)), catalog(ref)
+            try:
+                assert_same_catalog(got, want)
+            except AssertionError as e:
+                raise AssertionError(f"downgrade {chain[i + 1][0]} → {rev}: {e}") from None
+        migrate.downgrade(url, "base")
+        leftovers = catalog(url)
+        assert all(not rows for name, rows in leftovers.items() if name != "schema"), leftovers
+    finally:
+        drop_database(admin_url, url)
+        drop_database(admin_url, ref)
 
 
 def test_concurrent_upgrades_do_not_interleave(admin_url: str, schema_db: str):
@@ -281,11 +341,12 @@ def test_the_baseline_is_not_rewritten_once_a_revision_follows_it(tmp_path, monk
     versions = tmp_path / "versions"
     shutil.copytree(ROOT / "alembic" / "versions", versions, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(revision, "VERSIONS", versions)
-    monkeypatch.setattr(revision, "RELEASED", False)  # as before 0.1.0: the other guard
-    (versions / "0101_x.py").write_text("revision = '0101'\ndown_revision = '0100'\n")
+    monkeypatch.setattr(revision, "RELEASES", {})  # as before 0.1.0: the other guard
+    head = revision.revisions()[-1][0]  # a revision after the head, whatever the history holds
+    (versions / "9999_x.py").write_text(f"revision = '9999'\ndown_revision = '{head}'\n")
     with pytest.raises(SystemExit, match="revisions after the baseline"):
         revision.make_baseline()
-    monkeypatch.setattr(revision, "RELEASED", True)
+    monkeypatch.setattr(revision, "RELEASES", {"0.1.0": "0100"})
     with pytest.raises(SystemExit, match="never rewritten"):
         revision.make_baseline()
 
@@ -305,3 +366,172 @@ def test_a_database_from_the_pre_release_history_is_refused_in_one_line(admin_ur
         assert "pre-release history" in out and "DROP SCHEMA queue CASCADE" in out, out
     finally:
         drop_database(admin_url, url)
+
+
+def copy_history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """alembic/versions and schema/ copied under tmp_path, and dev.revision pointed at the copies."""
+    versions, schema = tmp_path / "versions", tmp_path / "schema"
+    shutil.copytree(ROOT / "alembic" / "versions", versions, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "schema", schema)
+    monkeypatch.setattr(revision, "VERSIONS", versions)
+    monkeypatch.setattr(revision, "SCHEMA_DIR", schema)
+    return versions, schema
+
+
+def listed(py: Path, name: str) -> list[str]:
+    found = re.search(rf"^{name} = (\[.*?\])$", py.read_text(), re.M | re.S)
+    assert found, f"{py} has no {name}"
+    return eval(found.group(1))  # noqa: S307 - a list of strings the generator wrote
+
+
+def test_a_changed_table_ships_its_alter_and_no_copy_of_the_table(tmp_path, monkeypatch):
+    """A revision stores only files it runs: the table's text is recorded by digest (ALTERED)."""
+    versions, schema = copy_history(tmp_path, monkeypatch)
+    table = schema / "tables" / "schedules.sql"
+    table.write_text(table.read_text() + "-- changed\n")
+    directory = revision.make_revision("schedules change")
+    assert directory is not None
+    copies = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*.sql"))
+    assert copies == ["alter/tables/schedules.sql", "downgrade/alter/tables/schedules.sql"]
+    assert revision.altered(directory) == {"tables/schedules.sql": hashlib.sha256(table.read_bytes()).hexdigest()}
+    assert revision.unshipped() == [] and revision.removed() == []
+    # No build from frozen files reaches that state (the step-by-step test upgrades straight to it).
+    assert not build_frozen("postgresql://unused", revision.revisions())
+    table.write_text(table.read_text() + "-- again\n")
+    assert revision.unshipped() == ["tables/schedules.sql"]
+
+
+def test_the_signature_of_a_routine_is_read_from_its_create_statement():
+    text = """-- f(a int): CREATE FUNCTION queue.not_this(x int) in a comment
+CREATE OR REPLACE FUNCTION queue.f(id bigint, lease uuid, at timestamp with time zone DEFAULT now(),
+                                   VARIADIC tags text[] DEFAULT '{a,b}', OUT n integer)
+    RETURNS integer LANGUAGE sql AS $$ SELECT 1 $$;
+CREATE PROCEDURE queue.p() LANGUAGE sql AS $$ SELECT 1 $$;"""
+    assert revision.routines(text) == {
+        "queue.f(bigint, uuid, timestamp with time zone, variadic text[])":
+            ("FUNCTION", "id,lease,at,tags", "2", "n integer", "returns integer"),
+        "queue.p()": ("PROCEDURE", "", "0", "", ""),
+    }
+
+
+def test_a_changed_signature_gets_a_generated_drop_and_its_reverse(tmp_path, monkeypatch):
+    """The old form is dropped before the new copy runs, the new form before the downgrade's copy:
+    schema/ needs no DROP FUNCTION of an old signature."""
+    versions, schema = copy_history(tmp_path, monkeypatch)
+    f = schema / "functions" / "release.sql"
+    old = revision.routines(f.read_text())
+    f.write_text(f.read_text().replace("stage text DEFAULT NULL)", "stage text DEFAULT NULL, why text DEFAULT NULL)"))
+    # A changed body, same signature: nothing dropped.
+    g = schema / "functions" / "retry.sql"
+    g.write_text(g.read_text() + "-- body only\n")
+    directory = revision.make_revision("release says why")
+    assert directory is not None
+    (sig,) = [s for s in old if s.startswith("queue.release(")]
+    assert sig.endswith("(bigint, uuid, interval, text)")
+    assert f"DROP ROUTINE IF EXISTS {sig};" in (directory / "signature/functions/release.sql").read_text()
+    back = (directory / "downgrade/signature/functions/release.sql").read_text()
+    assert "DROP ROUTINE IF EXISTS queue.release(bigint, uuid, interval, text, text);" in back
+    assert not (directory / "signature/functions/retry.sql").exists()
+    py = directory.with_suffix(".py")
+    up, down = listed(py, "UPGRADE"), listed(py, "DOWNGRADE")
+    name = directory.name
+    assert up.index(f"{name}/signature/functions/release.sql") == up.index(f"{name}/functions/release.sql") - 1
+    at = down.index(f"{name}/downgrade/signature/functions/release.sql")
+    assert down[at + 1].endswith("/functions/release.sql") and not down[at + 1].startswith(name)
+
+
+@pytest.fixture(scope="module")
+def squashed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`make release --dry-run` of the next release: alembic/ copied with its versions squashed.
+    Skipped when no revision follows the last release (right after a cut)."""
+    last = list(revision.RELEASES.values())[-1]
+    if revision.revisions()[-1][0] == last:
+        pytest.skip(f"no revision since the last release ({last}): nothing to squash")
+    directory = revision.make_release("99.0.0", dry_run=True)
+    assert directory is not None
+    script = tmp_path_factory.mktemp("alembic") / "alembic"
+    shutil.copytree(ROOT / "alembic", script, ignore=shutil.ignore_patterns("__pycache__", "versions"))
+    shutil.copytree(directory.parent, script / "versions")
+    shutil.rmtree(directory.parent.parent)  # the dry run's temporary copy
+    return script
+
+
+def test_a_release_squashes_the_unreleased_revisions_into_one(squashed: Path):
+    versions = squashed / "versions"
+    release_head = list(revision.RELEASES.values())[-1]
+    pys = sorted(p.stem for p in versions.glob("*.py"))
+    kept = [d.name for r, d in revision.revisions() if int(r) <= int(release_head)]
+    assert pys[:-1] == kept and len(pys) == len(kept) + 1, pys
+    py = versions / f"{pys[-1]}.py"
+    assert f"down_revision = '{release_head}'" in py.read_text()
+    up, down = listed(py, "UPGRADE"), listed(py, "DOWNGRADE")
+    for entry in up + down:
+        assert (versions / entry).is_file(), f"{entry} is listed but not written"
+    # Only files it runs: no copy of a table or type beside the ALTERs that bring them up to date.
+    assert not list((versions / pys[-1]).glob("tables/*.sql")) or all(
+        f"{pys[-1]}/tables/{p.name}" in up for p in (versions / pys[-1]).glob("tables/*.sql"))
+    # The hand-written ALTERs of the squashed revisions, types, tables, the others, each in the
+    # order they ran (the revision they came from names their folder).
+    carried = [e.split("/alter/", 1)[1].split("/") for e in up if "/alter/" in e]
+    kinds = ["types", "tables"]
+    assert carried and carried == sorted(carried, key=lambda e: (kinds.index(e[1]) if e[1] in kinds else 2, e[0]))
+
+
+def squashed_config(script: Path, url: str) -> Config:
+    cfg = migrate.alembic_config(url)
+    cfg.set_main_option("script_location", str(script))
+    return cfg
+
+
+def test_the_squashed_history_builds_schema_and_downgrades_to_the_last_release(
+        squashed: Path, admin_url: str, schema_db: str):
+    from alembic import command
+    release_head = list(revision.RELEASES.values())[-1]
+    chain = [(r, d) for r, d in revision.revisions() if int(r) <= int(release_head)]
+    url, ref = create_database(admin_url, "squashed"), create_database(admin_url, "squashed_ref")
+    try:
+        command.upgrade(squashed_config(squashed, url), "head")
+        assert_same_catalog(catalog(url), catalog(schema_db))
+        command.downgrade(squashed_config(squashed, url), release_head)
+        assert build_frozen(ref, chain)
+        assert_same_catalog(enum_labels_kept(catalog(url), catalog(ref)), catalog(ref))
+        command.downgrade(squashed_config(squashed, url), "base")
+        assert all(not rows for name, rows in catalog(url).items() if name != "schema")
+    finally:
+        drop_database(admin_url, url)
+        drop_database(admin_url, ref)
+
+
+def test_a_database_at_a_squashed_revision_is_refused_in_one_line(admin_url: str, monkeypatch):
+    from alembic.util import CommandError
+    monkeypatch.setattr(migrate, "SQUASHED", {"0.2.0": ("0101", "0110", "0100")})
+    url = create_database(admin_url, "squashed_id")
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE SCHEMA queue")
+            conn.execute("CREATE TABLE queue.skiplock_version (version_num varchar(32) PRIMARY KEY)")
+            conn.execute("INSERT INTO queue.skiplock_version VALUES ('0105')")
+        with pytest.raises(CommandError) as e:
+            migrate.upgrade(url)
+        assert "\n" not in str(e.value)
+        assert "revision 0105, never released: 0.2.0 replaced it" in str(e.value)
+        assert "skiplock downgrade 0100" in str(e.value) and "DROP SCHEMA queue CASCADE" in str(e.value)
+    finally:
+        drop_database(admin_url, url)
+
+
+def test_the_release_drops_each_old_signature_that_schema_still_drops_by_hand(squashed: Path):
+    """Each `DROP FUNCTION IF EXISTS queue.f(…)` kept in schema/functions/ is either generated by
+    the release (its signature/ files) or drops a form no release has (so the line can go)."""
+    versions = squashed / "versions"
+    release = sorted(versions.glob("*.py"))[-1].with_suffix("")
+    generated = {" ".join(line.split()).lower() for f in release.glob("signature/functions/*.sql")
+                 for line in f.read_text().splitlines() if line.startswith("DROP ROUTINE")}
+    released = [d for r, d in revision.revisions() if int(r) <= int(list(revision.RELEASES.values())[-1])]
+    forms = {sig.lower() for f in revision.latest_frozen([(d.name, d) for d in released]).values()
+             if f.parts[-2] == "functions" for sig in revision.routines(f.read_text())}
+    for f in (ROOT / "schema" / "functions").glob("*.sql"):
+        for sig in re.findall(r"^DROP FUNCTION IF EXISTS (queue\.\w+\([^;]*\));", f.read_text(), re.M):
+            sig = " ".join(sig.split()).lower()
+            assert f"drop routine if exists {sig};" in generated or sig not in forms, (
+                f"{f.name}: the release neither drops {sig} nor can a released database have it")

@@ -1,7 +1,7 @@
 -- _live_row_ok checks waits too (-1 or more; waiting exactly above 0, then one-off and never run):
 -- its signature gains the column, so the old one goes. The comments of the table and the column.
 -- squawk-ignore ban-drop-function
-DROP FUNCTION queue._live_row_ok(queue.task_status_live, integer, uuid, timestamptz, timestamptz, boolean, interval, timestamptz, text);
+DROP FUNCTION IF EXISTS queue._live_row_ok(queue.task_status_live, integer, uuid, timestamptz, timestamptz, boolean, interval, timestamptz, text);
 CREATE FUNCTION queue._live_row_ok(status queue.task_status_live, attempt integer, lease uuid,
                                    lease_expires timestamptz, started timestamptz, rerun boolean,
                                    repeat interval, slot timestamptz, group_key text, waits integer)

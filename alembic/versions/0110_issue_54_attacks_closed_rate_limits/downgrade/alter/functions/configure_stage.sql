@@ -1,3 +1,3 @@
 -- The configure_stage of 0110's arguments goes; the previous revision's copy (run before this
 -- file) brought back the signature of eleven arguments.
-DROP FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer, interval);
+DROP FUNCTION IF EXISTS queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer, interval);

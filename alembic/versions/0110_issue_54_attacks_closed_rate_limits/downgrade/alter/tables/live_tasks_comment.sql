@@ -1,7 +1,7 @@
 -- Back to 0109: _live_row_ok without waits, the table's comments, and enqueue without after (the
 -- downgrade restored the nine-argument one beside it).
 -- squawk-ignore ban-drop-function
-DROP FUNCTION queue._live_row_ok(queue.task_status_live, integer, uuid, timestamptz, timestamptz, boolean, interval, timestamptz, text, integer);
+DROP FUNCTION IF EXISTS queue._live_row_ok(queue.task_status_live, integer, uuid, timestamptz, timestamptz, boolean, interval, timestamptz, text, integer);
 CREATE FUNCTION queue._live_row_ok(status queue.task_status_live, attempt integer, lease uuid,
                                    lease_expires timestamptz, started timestamptz, rerun boolean,
                                    repeat interval, slot timestamptz, group_key text)

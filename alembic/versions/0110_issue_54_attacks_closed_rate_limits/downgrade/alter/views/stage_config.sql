@@ -1,3 +1,3 @@
 -- queue.stage_config loses 0110's rate limit and weight columns: a view cannot drop columns by
 -- CREATE OR REPLACE, so it goes here and the previous revision's copy (run next) creates it again.
-DROP VIEW queue.stage_config;
+DROP VIEW IF EXISTS queue.stage_config;

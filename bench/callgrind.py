@@ -1,6 +1,6 @@
 """Instructions a loop costs in one backend, counted by valgrind's callgrind: is a variant cheaper?
 
-    python -m bench.callgrind [--loop locked|next|enqueue] [--loops 300] [--tree PATH] [--top N] [--keep DIR]
+    python -m bench.callgrind [--loop locked|next|enqueue|consume|drain] [--loops 300] [--tree PATH] [--top N] [--keep DIR]
                               [NAME=variant.sql ...]
 
 One database, migrated by a checkout's `skiplock upgrade` (this one, or --tree: e.g. an older
@@ -37,6 +37,10 @@ LOOPS = {
     "locked": "BEGIN\nSELECT queue.finish_locked(t.id) FROM queue.take_locked('cg') t\nCOMMIT\n",
     "next": "SELECT queue.finish(t.id, t.lease) FROM queue.take_next('cg') t\n",
     "enqueue": "SELECT queue.enqueue('{}'::jsonb, 'cg.in')\n",
+    # 100 tasks a loop (divide by 100 for one task); a variant uses (2 x 50 + --loops) x 100 of the 60,000
+    # preloaded tasks: --loops 100 for two variants.
+    "consume": "SELECT count(*) FROM queue.consume('cg', 100)\n",
+    "drain": "SELECT count(*) FROM queue.drain('cg', 100)\n",
 }
 COUNTED = ("PortalRun", "CommitTransactionCommand", "StartTransactionCommand", "pg_parse_query",
            "pg_analyze_and_rewrite_fixedparams", "pg_plan_queries")

@@ -5,7 +5,8 @@ consume a random tenant's tasks in batches (of 1,000 here; 10,000 in the article
 had 64 cores). Its design: a task table and a history table per tenant, an insert function that
 picks the table, a consume that moves a batch to the tenant's history in one statement
 (bench/seed004.sql, its own database `seed004`). skiplock: a stage per tenant, `enqueue` and
-`consume` (bench/scripts/skiplock004_*.sql). Each consume point starts from a backlog preloaded
+`consume`, or `drain` (design skiplock-drain: one consumer a tenant at a time, no row lock a task)
+(bench/scripts/skiplock004_*.sql). Each consume point starts from a backlog preloaded
 into every tenant, sized for the design's expected rate over the point with a margin, vacuumed
 and checkpointed; it counts the tasks the database shows moved to history.
 """
@@ -25,7 +26,7 @@ TENANTS = 1000
 BATCH = 1000
 CLIENTS = 16
 # tasks/s each design is expected to consume at most: the preload is sized from it
-EXPECTED_CONSUME = {"seed004": 400_000, "skiplock": 150_000, "bound": 150_000}
+EXPECTED_CONSUME = {"seed004": 400_000, "skiplock": 150_000, "skiplock-drain": 150_000, "bound": 150_000}
 SEED_SQL = "seed004.sql"
 
 
@@ -90,7 +91,7 @@ def consume(cluster: devdb.Cluster, design: str, seconds: float, clients: int = 
         log(f"  S4  {design:8} consume {clients:2} clients: preloading {per_tenant:,} tasks into each of {TENANTS:,} tenants")
         _preload(conn, design, per_tenant)
     script = {"seed004": "seed004_consume.sql", "skiplock": "skiplock004_consume.sql",
-              "bound": "bounds/s004_consume.sql"}[design]
+              "skiplock-drain": "skiplock004_drain.sql", "bound": "bounds/s004_consume.sql"}[design]
     s = pgbench.run(cluster, _dbname(design), script, clients, seconds, {"batch": str(BATCH)})
     with psycopg.connect(cluster.url(_dbname(design)), autocommit=True) as conn:
         moved = _count_history(conn, design)

@@ -27,8 +27,9 @@ def test_take_next_and_take_locked_share_the_block(name: str) -> None:
     assert _block("take_next", name) == _block("take_locked", name)
 
 
-def test_take_locked_and_consume_share_their_checks() -> None:
-    assert _block("take_locked", "take checks") == _block("consume", "take checks")
+@pytest.mark.parametrize("function", ("consume", "drain"))
+def test_take_locked_consume_and_drain_share_their_checks(function: str) -> None:
+    assert _block("take_locked", "take checks") == _block(function, "take checks")
 
 
 def test_the_move_to_history_is_written_once() -> None:
@@ -41,7 +42,7 @@ def test_the_move_to_history_is_written_once() -> None:
             assert "queue._history_row(" in insert, f"{name}: {insert.strip()}"
 
 
-INLINE_SETTINGS = ("take_next", "take_locked", "consume")
+INLINE_SETTINGS = ("take_next", "take_locked", "consume", "drain")
 
 
 @pytest.mark.parametrize("function", INLINE_SETTINGS)

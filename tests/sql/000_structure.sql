@@ -18,6 +18,7 @@ SELECT set_eq(
         'queue.configure_history(interval,integer,interval,text,interval)',
         'queue.configure_stage(text,interval,integer,text,interval,interval,real,boolean,integer,integer,boolean,integer,interval,integer,boolean,integer,interval)',
         'queue.consume(text,integer)',
+        'queue.drain(text,integer)',
         'queue.consume(text[],integer)',
         'queue.distribute()',
         'queue.enqueue(jsonb,text,integer,timestamp with time zone,text,text,interval,boolean,text,bigint[],text)',
@@ -80,6 +81,7 @@ SELECT is_empty(
          AND NOT (p.oid IN ('queue.take_next(text,integer,interval,text)'::regprocedure,
                             'queue.take_locked(text,integer)'::regprocedure,
                             'queue.consume(text,integer)'::regprocedure,
+                            'queue.drain(text,integer)'::regprocedure,
                             'queue.finish(bigint,uuid,text,text,jsonb)'::regprocedure,
                             'queue.fail(bigint,uuid,text,boolean,interval,text)'::regprocedure,
                             'queue.release(bigint,uuid,interval,text)'::regprocedure)
@@ -238,9 +240,10 @@ SELECT set_eq(
           'queue.fail_locked(bigint,text,boolean,interval,text,text)',
           'queue.consume(text,integer)',
           'queue.consume(text[],integer)',
+          'queue.drain(text,integer)',
           'queue.task_timeout(text)',
           'queue.maintain_now()'],
-    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail, release, finish_and_take, take_locked, finish_locked, fail_locked, consume, task_timeout and maintain_now and nothing else'
+    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail, release, finish_and_take, take_locked, finish_locked, fail_locked, consume, drain, task_timeout and maintain_now and nothing else'
 );
 
 SELECT is_empty(

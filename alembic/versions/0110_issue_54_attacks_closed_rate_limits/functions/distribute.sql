@@ -82,6 +82,7 @@ BEGIN
                        ('queue.take_next(text,integer,interval,text)', true),
                        ('queue.take_locked(text,integer)', true),
                        ('queue.consume(text,integer)', true),
+                       ('queue.drain(text,integer)', true),
                        ('queue.finish_and_take(bigint,uuid,text,integer,interval,text,jsonb)', true),
                        -- not forced: a move to next_stage writes another stage's shard
                        ('queue.finish(bigint,uuid,text,text,jsonb)', false),

@@ -31,13 +31,21 @@ tasks are released (back at once, the attempt not counted). transactional=True r
 one transaction (take_locked / finish_locked / fail_locked): task.conn is that transaction, for a
 handler whose writes must commit with the task's end. Every failure is logged on logger
 "skiplock.worker" with extra={"task_id", "stage", "attempt", "error"}.
+
+Async handlers (`async def`) run on one event loop thread of the worker, so `concurrency` of them
+wait at once at the cost of one thread each only while they run; past its time limit an async
+handler is cancelled. The loop itself stays this one (threads, psycopg's sync connections): an
+asyncio loop on psycopg's AsyncConnection would be a second copy of every rule above.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import functools
+import inspect
 import logging
 import os
 import queue as _queue
@@ -122,7 +130,9 @@ class Counters:
     finished_ids: list[int] = field(default_factory=list)
 
 
-Handler = Callable[[Task], "Outcome | dict[str, Any] | list[Any] | None"]
+# A handler returns None, an Outcome, a dict or a list; an async handler (a coroutine function)
+# returns an awaitable of one.
+Handler = Callable[[Task], Any]
 
 
 class Refused(Exception):
@@ -179,9 +189,12 @@ class _Db:
         self.worker, self.role, self.halt, self.listen = worker, role, halt, listen
         self.conn: psycopg.Connection | None = None
         self.listening = False
+        self.prepares = False   # the connection prepares statements (made before a pooler was found)
 
     def connected(self) -> psycopg.Connection:
         delay, failed = BACKOFF_FIRST, False
+        if self.prepares and not self.worker.sessions:  # another connection found the pooler: prepare no more
+            self.close()
         while self.conn is None or self.conn.closed:
             conn = None
             try:
@@ -193,7 +206,7 @@ class _Db:
                         if not stage.endswith("*"):
                             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(stage))))
                     self.listening = not any(s.endswith("*") for s in self.worker.stages)
-                self.conn = conn
+                self.conn, self.prepares = conn, sessions
             except psycopg.OperationalError as e:
                 if conn is not None:
                     conn.close()
@@ -231,6 +244,13 @@ class _Db:
             except psycopg.Error as e:
                 if _lost_connection(e, conn):
                     self.lost(e)  # then the same statement again: a lease stays valid meanwhile
+                    continue
+                if self.prepares and not self.worker.sessions and not prepared_lost(e) and holds():
+                    # A pooler found meanwhile: this connection's statement may have met another
+                    # client's prepared statement of the same name. Again, unprepared.
+                    log.warning("%s: %s on a connection that prepared statements through a pooler; again unprepared",
+                                self.role, _one_line(e))
+                    self.close()
                     continue
                 if not transient(e) or not holds():
                     raise
@@ -391,6 +411,8 @@ class Worker:
         self._running: dict[int, tuple[Task, threading.Thread]] = {}
         self._pool: _queue.SimpleQueue[_Db] = _queue.SimpleQueue()
         self._timeouts: dict[str, float | None] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None   # async handlers run here
+        self._futures: dict[int, concurrent.futures.Future] = {}
 
     @property
     def stages(self) -> list[str]:
@@ -461,6 +483,8 @@ class Worker:
             db.close()
             while not self._pool.empty():
                 self._pool.get().close()
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
         return self.counters
 
     def _take(self, db: _Db) -> bool:
@@ -533,7 +557,10 @@ class Worker:
 
         def call() -> None:
             try:
-                outcome.append(("ok", _outcome(self._handler_for(task.stage)(task))))
+                returned = self._handler_for(task.stage)(task)
+                if inspect.isawaitable(returned):   # an async handler: on the worker's event loop
+                    returned = self._await(task, returned)
+                outcome.append(("ok", _outcome(returned)))
             except BaseException as e:  # noqa: BLE001 - every failure of a handler is a failed attempt
                 outcome.append(("error", e))
 
@@ -549,6 +576,9 @@ class Worker:
                     inner.start()
                     inner.join(timeout)
                     if inner.is_alive():
+                        future = self._futures.get(task.id)
+                        if future is not None:   # an async handler is cancelled; a thread cannot be
+                            future.cancel()
                         self.counters.timed_out += 1
                         outcome.insert(0, ("error", Fail(f"timed out after {timeout:g} s (task_timeout); the handler's"
                                                          " thread goes on, its result will be dropped")))
@@ -567,6 +597,24 @@ class Worker:
             with self._slots:
                 self._running.pop(task.id, None)
                 self._slots.notify_all()
+
+    def _await(self, task: Task, awaitable: Any) -> Any:
+        """Run an async handler's coroutine on the worker's event loop (one thread, started at the
+        first async handler), so that many async handlers wait at once; its result."""
+        with self._slots:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, daemon=True, name="skiplock-asyncio").start()
+
+        async def wrapped() -> Any:
+            return await awaitable
+
+        future = asyncio.run_coroutine_threadsafe(wrapped(), self._loop)
+        self._futures[task.id] = future
+        try:
+            return future.result()
+        finally:
+            self._futures.pop(task.id, None)
 
     @contextlib.contextmanager
     def _db(self) -> Iterator[_Db]:

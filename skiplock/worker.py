@@ -221,13 +221,12 @@ class _Db:
                 delay = min(delay * 2, BACKOFF_MAX)
         if failed:
             log.warning("%s connection: reconnected", self.role)
-            self.worker.counters.reconnects += 1
         return self.conn
 
     def lost(self, e: BaseException) -> None:
         log.warning("%s connection lost (%s: %s): reconnecting", self.role, type(e).__name__, _one_line(e),
                     extra={"error": _one_line(e)})
-        self.worker.counters.reconnects += 1
+        self.worker._count("reconnects", 1)
         self.close()
 
     def query(self, query: Any, params: Any = (), holds: Callable[[], bool] | None = None) -> list[tuple]:
@@ -405,6 +404,7 @@ class Worker:
         self.shutdown_timeout = shutdown_timeout
         self.transactional = transactional
         self.counters = Counters()
+        self._counting = threading.Lock()
         self._halt = threading.Event()           # stop(): no more takes
         self._slots = threading.Condition()
         self._run_slots = threading.BoundedSemaphore(concurrency)   # handlers running at a time
@@ -424,6 +424,10 @@ class Worker:
             self.handlers[require_stage(stage)] = fn
             return fn
         return register
+
+    def _count(self, name: str, n: int | bool = 1) -> None:
+        with self._counting:
+            setattr(self.counters, name, getattr(self.counters, name) + int(n))
 
     def stop(self) -> None:
         """Take no more tasks; run() returns once the tasks in hand end (or shutdown_timeout passes)."""
@@ -507,7 +511,7 @@ class Worker:
                             " FROM queue.take_next(stages => %s::text[], batch => %s, lease_for => %s * interval '1 second',"
                             " worker => %s)", (stages, free, self.lease, self.name))
         for stage, task_id, payload, attempt, lease, period in rows:
-            self.counters.taken += 1
+            self._count("taken", 1)
             self._heartbeat.add(task_id, str(lease), stage, max(float(period), 0.001))
             task = Task(task_id, payload, attempt, str(lease), stage,
                         _progress=functools.partial(self._heartbeat.beat, task_id))
@@ -579,7 +583,7 @@ class Worker:
                         future = self._futures.get(task.id)
                         if future is not None:   # an async handler is cancelled; a thread cannot be
                             future.cancel()
-                        self.counters.timed_out += 1
+                        self._count("timed_out", 1)
                         outcome.insert(0, ("error", Fail(f"timed out after {timeout:g} s (task_timeout); the handler's"
                                                          " thread goes on, its result will be dropped")))
                 kind, value = outcome[0]
@@ -621,7 +625,7 @@ class Worker:
         try:
             db = self._pool.get_nowait()
         except _queue.Empty:
-            db = _Db(self, "finish", threading.Event())
+            db = _Db(self, "finish", self._halt)   # stopping: a failed connection attempt gives up
         try:
             yield db
         finally:
@@ -631,7 +635,7 @@ class Worker:
         """finish, fail or release the task with its lease, retried while the lease holds."""
         extra = {"task_id": task.id, "stage": task.stage, "attempt": task.attempt}
         if self._heartbeat.lost(task.id):
-            self.counters.lost += 1
+            self._count("lost", 1)
             log.warning("lease lost on %s: dropping the result", task.id, extra=extra)
             return
         holds = lambda: self._heartbeat.holds(task.id)  # noqa: E731
@@ -643,19 +647,20 @@ class Worker:
                                   " result => %s)", (task.id, task.lease, next_stage, task.stage,
                                                      None if result is None else Jsonb(result)), holds)[0][0]
                     if ok:
-                        self.counters.finished += 1
-                        self.counters.finished_ids.append(task.id)
+                        self._count("finished", 1)
+                        with self._counting:
+                            self.counters.finished_ids.append(task.id)
                 elif isinstance(value, Snooze):
                     ok = db.query("SELECT queue.release(id => %s, lease => %s, retry_in => %s * interval '1 second',"
                                   " stage => %s)", (task.id, task.lease, value.seconds, task.stage), holds)[0][0]
                     log.info("snoozed %s for %.3f s", task.id, value.seconds, extra=extra)
-                    self.counters.snoozed += ok
+                    self._count("snoozed", ok)
                 else:
                     error, fatal, retry_in = _failure(value)
                     log.warning("task %s (%s, attempt %s) failed%s: %s", task.id, task.stage, task.attempt,
                                 " for good" if fatal else "", error, extra={**extra, "error": error, "fatal": fatal})
                     ok = self._fail(db, task, error, fatal, retry_in, holds)
-                    self.counters.failed += ok
+                    self._count("failed", ok)
             except psycopg.Error as e:
                 if not transient(e):
                     raise
@@ -663,7 +668,7 @@ class Worker:
                             _one_line(e), extra={**extra, "error": _one_line(e)})
                 return
         if not ok:  # false: the lease was no longer ours (reaped and retaken, or cancelled)
-            self.counters.lost += 1
+            self._count("lost", 1)
             log.warning("lease lost on %s", task.id, extra=extra)
 
     def _fail(self, db: _Db, task: Task, error: str, fatal: bool, retry_in: float | None,
@@ -712,7 +717,7 @@ class Worker:
                     rows = conn.execute("SELECT stage, id, payload, attempt FROM queue.take_locked(stages => %s::text[],"
                                         " batch => %s)", (stages, self.batch)).fetchall()
                 for stage, task_id, payload, attempt in rows:
-                    self.counters.taken += 1
+                    self._count("taken", 1)
                     task = Task(task_id, payload, attempt, None, stage, conn=conn)
                     extra = {"task_id": task_id, "stage": stage, "attempt": attempt}
                     try:
@@ -722,7 +727,7 @@ class Worker:
                                          (task_id, self.name, stage, None if result is None else Jsonb(result)))
                             if next_stage is not None:
                                 raise Fatal("next_stage is not available in transactional mode")
-                        self.counters.finished += 1
+                        self._count("finished", 1)
                         self.counters.finished_ids.append(task_id)
                     except Exception as e:  # noqa: BLE001 - the handler's writes are rolled back to the savepoint
                         if isinstance(e, psycopg.Error) and _lost_connection(e, conn):
@@ -735,7 +740,7 @@ class Worker:
                         conn.execute("SELECT queue.fail_locked(id => %s, error => %s, fatal => %s,"
                                      " retry_in => %s::float8 * interval '1 second', worker => %s, stage => %s)",
                                      (task_id, storable(error), fatal, retry_in, self.name, stage))
-                        self.counters.failed += 1
+                        self._count("failed", 1)
         except psycopg.Error as e:
             if _lost_connection(e, conn):
                 db.lost(e)   # the transaction rolled back: its tasks were never taken

@@ -93,3 +93,7 @@ export function transient(err: unknown): boolean;
 
 /** queue.enqueue_batch of the payloads into stage, in one transaction; the new ids. */
 export function enqueue(url: string, stage: string, payloads: Json[]): Promise<string[]>;
+
+/** payload with the trace context of ctx (an @opentelemetry/api Context; the active one by
+ * default) under the reserved key "_trace"; unchanged without @opentelemetry/api installed. */
+export function withTrace<P>(payload: P, ctx?: unknown): P;

@@ -57,6 +57,39 @@
 const os = require('node:os');
 const { Client, DatabaseError } = require('pg');
 
+// Optional OpenTelemetry, through @opentelemetry/api when the application has it installed: a span
+// "skiplock.task <stage>" per task (from the handler's start to its finish, fail or release) with
+// skiplock.stage, skiplock.task_id and skiplock.attempt, child of the context the payload carries
+// under the reserved key "_trace" (written by withTrace, W3C traceparent as the global propagator
+// writes it). Nothing without the package.
+let otel = null;
+try {
+  otel = require('@opentelemetry/api');  // eslint-disable-line global-require
+} catch (err) {
+  otel = null;
+}
+
+// payload with the trace context of ctx (the active one by default) under "_trace"; unchanged
+// without OpenTelemetry, without a span, or for an array.
+function withTrace(payload, ctx = otel ? otel.context.active() : null) {
+  if (!otel || !payload || typeof payload !== 'object' || Array.isArray(payload)) return payload;
+  const carrier = {};
+  otel.propagation.inject(ctx, carrier);
+  return Object.keys(carrier).length ? { ...payload, _trace: carrier } : payload;
+}
+
+// A started span for a task (null without OpenTelemetry) and the context to run its handler in.
+function taskSpan(task) {
+  if (!otel) return { span: null, ctx: null };
+  const carrier = task.payload && typeof task.payload === 'object' && !Array.isArray(task.payload) ? task.payload._trace : null;
+  const parent = carrier && typeof carrier === 'object' ? otel.propagation.extract(otel.ROOT_CONTEXT, carrier) : otel.context.active();
+  const span = otel.trace.getTracer('skiplock').startSpan(`skiplock.task ${task.stage}`, {
+    kind: otel.SpanKind.CONSUMER,
+    attributes: { 'skiplock.stage': task.stage, 'skiplock.task_id': Number(task.id), 'skiplock.attempt': task.attempt },
+  }, parent);
+  return { span, ctx: otel.trace.setSpan(parent, span) };
+}
+
 const BACKOFF_FIRST = 0.1;  // seconds before the first reconnection attempt, doubled each time...
 const BACKOFF_MAX = 5;      // ...up to this
 
@@ -435,8 +468,9 @@ class Worker {
       let fatal = false;
       let snooze = null;
       let timer = null;
+      const { span, ctx } = taskSpan(task);
       try {
-        const run = Promise.resolve().then(() => handler(task));
+        const run = Promise.resolve().then(() => (ctx ? otel.context.with(ctx, () => handler(task)) : handler(task)));
         if (taskTimeout) {
           const limit = new Promise((_, reject) => {
             timer = setTimeout(() => reject(new Fail(`timed out after ${taskTimeout} s (TASK_TIMEOUT)`)),
@@ -455,11 +489,16 @@ class Worker {
           fatal = Boolean(err && err.fatal);
           console.error(JSON.stringify({ msg: 'task failed', task_id: task.id, stage: task.stage, attempt: task.attempt,
                                          fatal, error: String(err && err.message || err) }));
+          if (span) {
+            if (err instanceof Error) span.recordException(err);
+            span.setStatus({ code: otel.SpanStatusCode.ERROR, message: String(err && err.message || err) });
+          }
         }
       }
       clearTimeout(timer);
       if (!this.held.has(task.id)) {
         console.error(`lease lost on ${task.id}: dropping the result`);
+        if (span) span.end();
         continue;
       }
       // A lost connection: query() reconnects and calls again with the same lease; an error that
@@ -489,6 +528,7 @@ class Worker {
         this.held.delete(task.id);
         this.stageOf.delete(task.id);
         this.expires.delete(task.id);
+        if (span) span.end();
       }
       if (!r.ok) {           // false: the lease was no longer ours (reaped and retaken)
         this.counters.lost += 1;
@@ -560,4 +600,4 @@ if (require.main === module) {
   });
 }
 
-module.exports = { Worker, Fail, Snooze, Outcome, Unreachable, Refused, handle, transient };
+module.exports = { Worker, Fail, Snooze, Outcome, Unreachable, Refused, handle, transient, withTrace };

@@ -325,3 +325,48 @@ def test_npm_tarball_installs_and_runs_a_producer_and_a_multi_stage_worker(url: 
         rows = conn.execute("SELECT stage, status::text, result FROM queue.tasks WHERE stage LIKE 'npm.%%' ORDER BY id").fetchall()
     assert rows == [("npm.a", "done", {"double": 2}), ("npm.a", "done", {"double": 4}),
                     ("npm.b", "done", {"stage": "npm.b"})], rows
+
+
+def test_npm_package_carries_one_trace_from_enqueue_to_finish(url: str, tmp_path: Path) -> None:
+    """With @opentelemetry/api (and the SDK) installed beside the package: the producer's span
+    context travels in the payload ("_trace"), the worker's span is its child with stage, id, attempt."""
+    packed = subprocess.run(["npm", "pack", "--pack-destination", str(tmp_path), "--json"], cwd=NODE_DIR,
+                            capture_output=True, text=True, timeout=300)
+    assert packed.returncode == 0, packed.stderr
+    project = tmp_path / "app"
+    project.mkdir()
+    (project / "package.json").write_text('{"name": "app", "version": "1.0.0", "private": true}\n')
+    install = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefer-offline",
+                              str(tmp_path / json.loads(packed.stdout)[0]["filename"]),
+                              "@opentelemetry/api@1", "@opentelemetry/sdk-trace-base@2", "@opentelemetry/core@2"],
+                             cwd=project, capture_output=True, text=True, timeout=600)
+    assert install.returncode == 0, install.stdout + install.stderr
+    (project / "main.js").write_text(textwrap.dedent("""
+        const otel = require('@opentelemetry/api');
+        const { W3CTraceContextPropagator } = require('@opentelemetry/core');
+        const { BasicTracerProvider, SimpleSpanProcessor, InMemorySpanExporter } = require('@opentelemetry/sdk-trace-base');
+        const { Worker, withTrace, enqueue } = require('skiplock');
+        const exporter = new InMemorySpanExporter();
+        otel.trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }));
+        otel.propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+        const url = process.env.DATABASE_URL;
+        (async () => {
+          const parent = otel.trace.getTracer('app').startSpan('checkout');
+          const [id] = await enqueue(url, 'npm.traced', [withTrace({ order: 7 }, otel.trace.setSpan(otel.context.active(), parent))]);
+          parent.end();
+          const worker = new Worker({ url, stage: 'npm.traced', idleWait: 0.2, maintainEvery: 0, handler: async () => ({ ok: 1 }) });
+          const timer = setInterval(() => { if (worker.counters.finished >= 1) worker.stop(); }, 50);
+          await worker.run();
+          clearInterval(timer);
+          const span = exporter.getFinishedSpans().find((s) => s.name === 'skiplock.task npm.traced');
+          console.log(JSON.stringify({ sameTrace: span.spanContext().traceId === parent.spanContext().traceId,
+                                       parent: (span.parentSpanContext || {}).spanId === parent.spanContext().spanId,
+                                       attributes: span.attributes, id: Number(id) }));
+        })().catch((err) => { console.error(err); process.exit(1); });
+    """))
+    proc = subprocess.run(["node", "main.js"], cwd=project, env=dict(os.environ, DATABASE_URL=as_uri(url)),
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["sameTrace"] and out["parent"], out
+    assert out["attributes"] == {"skiplock.stage": "npm.traced", "skiplock.task_id": out["id"], "skiplock.attempt": 1}, out

@@ -22,7 +22,7 @@ from typing import Iterator
 
 import psycopg
 import pytest
-from test_clients import as_uri
+from test_clients import ClientWorker, as_uri, node_ready, wait_until  # noqa: F401 (node_ready: a fixture)
 
 from dev.testrun import create_database, drop_database
 from skiplock.sqlfiles import ROOT
@@ -370,3 +370,25 @@ def test_npm_package_carries_one_trace_from_enqueue_to_finish(url: str, tmp_path
     out = json.loads(proc.stdout.splitlines()[-1])
     assert out["sameTrace"] and out["parent"], out
     assert out["attributes"] == {"skiplock.stage": "npm.traced", "skiplock.task_id": out["id"], "skiplock.attempt": 1}, out
+
+
+@pytest.mark.parametrize("language", ["python", "node"])
+def test_client_script_takes_a_list_of_stages(language: str, url: str, request: pytest.FixtureRequest) -> None:
+    """STAGE=a,b (issue 50 item 4): the Python and Node worker scripts drain both stages, each task
+    finished in its own stage."""
+    if language == "node":
+        request.getfixturevalue("node_ready")
+    a, b = f"list_{language}.a", f"list_{language}.b"
+    with psycopg.connect(url, autocommit=True) as conn:
+        ids = [r[0] for stage in (a, b) for r in conn.execute(
+            "SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[3]), stage => %s)", (stage,))]
+        worker = ClientWorker(language, url, f"{a},{b}", IDLE_WAIT=0.5, MAINTAIN_EVERY=0)
+        try:
+            wait_until("both stages to drain", lambda: conn.execute(
+                "SELECT count(*) FROM queue.history WHERE id = ANY(%s)", (ids,)).fetchone()[0] == 6, 120, worker)
+        finally:
+            code = worker.stop()
+        assert code == 0, worker.log()
+        rows = conn.execute("SELECT stage, count(*) FROM queue.history WHERE id = ANY(%s) AND status = 'done'"
+                            " GROUP BY stage ORDER BY stage", (ids,)).fetchall()
+    assert rows == [(a, 3), (b, 3)], worker.log()

@@ -1,23 +1,70 @@
-"""A reference worker loop in Python over skiplock's SQL API.
+"""skiplock's worker library: handlers per stage, run by threads in one process, over the SQL API.
 
-Everything that decides anything lives in the database; this is the client side every language
-writes once: take a batch, run a handler per task, finish or fail with the lease, sleep on
-LISTEN when the stage is empty (poll through a transaction pooler: skiplock.connect), reconnect with backoff when the connection drops.
+    from skiplock.worker import Worker, Fail, Snooze
+
+    worker = Worker("postgresql://app@localhost/app", concurrency=4)
+
+    @worker.handler("email")
+    def send(task):                      # task.id, .payload, .attempt, .stage, .progress(...)
+        deliver(task.payload)
+        return {"sent": True}            # the task's result (queue.finish(result => …))
+
+    worker.run(install_signals=True)     # until SIGTERM / Ctrl-C / worker.stop()
+
+The loop (the only one in the package: clients/python/worker.py is a script over it): take up to
+`batch` tasks from every stage that has a handler (queue.take_next(stage), or take_next(stages[])
+round robin for several stages or a prefix 'tenant.*'), run each in a thread of its own, at most
+`concurrency` at a time, then queue.finish (result, next stage), queue.fail (by the exception:
+Fail, Fail(fatal=True) or Fatal, any other exception a retried failure) or queue.release (Snooze).
+A heartbeat thread extends the leases of the tasks in hand; task.progress(x) stores progress
+(queue.heartbeat(progress => x)). Idle, it sleeps on LISTEN "skiplock.<stage>" and polls every
+idle_wait seconds anyway; through a transaction pooler (pooler="transaction", or found out by a
+missing prepared statement, 26000) it prepares nothing and only polls. A lost connection or an
+error that passes by waiting (skiplock.errors.transient) is retried with backoff (0.1 s doubling
+to 5 s), a finish or fail for as long as the task's lease holds; what waiting does not cure (a
+refused login, a revoked grant, skiplock missing) ends run() with Refused. Unless maintain_every is
+0, a thread runs queue.maintain_now() so that a dead worker's tasks come back with no `skiplock
+maintain` beside. A handler past its task_timeout (the stage's configure_stage(task_timeout), or
+the argument) has its attempt failed and its slot freed (the thread cannot be killed: its result
+is dropped). stop(): no more takes; handlers in hand get shutdown_timeout seconds, then their
+tasks are released (back at once, the attempt not counted). transactional=True runs each batch in
+one transaction (take_locked / finish_locked / fail_locked): task.conn is that transaction, for a
+handler whose writes must commit with the task's end. Every failure is logged on logger
+"skiplock.worker" with extra={"task_id", "stage", "attempt", "error"}.
+
+Async handlers (`async def`) run on one event loop thread of the worker, so `concurrency` of them
+wait at once at the cost of one thread each only while they run; past its time limit an async
+handler is cancelled. The loop itself stays this one (threads, psycopg's sync connections): an
+asyncio loop on psycopg's AsyncConnection would be a second copy of every rule above.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import functools
+import inspect
+import logging
 import os
+import queue as _queue
+import signal
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from skiplock import connect
-from skiplock.db import one
+from skiplock import tracing
+from skiplock.errors import prepared_lost, refused_login, transient
+
+log = logging.getLogger("skiplock.worker")
+BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0   # seconds between attempts at a statement or a connection
 
 
 @dataclass
@@ -25,12 +72,20 @@ class Task:
     id: int
     payload: Any          # the JSON object or array, as json.loads gives it
     attempt: int
-    lease: str
+    lease: str | None     # None in transactional mode
     stage: str
+    conn: psycopg.Connection | None = None   # transactional mode: the batch's transaction
+    _progress: Callable[[Any], bool] | None = field(default=None, repr=False)
+
+    def progress(self, value: Any) -> bool:
+        """Store value (JSON) as the running task's progress and extend its lease; False when the
+        lease is no longer ours. In transactional mode there is no lease: nothing is stored."""
+        return self._progress(value) if self._progress is not None else True
 
 
 class Fail(Exception):
-    """Raise from a handler to fail the attempt; fatal=True means never retry."""
+    """Raise from a handler to fail the attempt; fatal=True means never retry; retry_in seconds
+    overrides the stage's backoff."""
 
     def __init__(self, message: str, fatal: bool = False, retry_in: float | None = None) -> None:
         super().__init__(message)
@@ -38,10 +93,27 @@ class Fail(Exception):
         self.retry_in = retry_in
 
 
+class Fatal(Fail):
+    """Fail for good: never retried."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, fatal=True)
+
+
+class Snooze(Exception):
+    """Raise when the task cannot run yet: it goes back, due `seconds` from now, the attempt not
+    counted (queue.release). In transactional mode it is a failed attempt with retry_in."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"snoozed for {seconds:.3f} s")
+        self.seconds = seconds
+
+
 @dataclass
 class Outcome:
     """What a handler decided: finish (optionally moving to next_stage), keeping result (a JSON
-    object or array: the run's result in queue.history, and with next_stage the task's payload there)."""
+    object or array: the run's result in queue.history, and with next_stage the task's payload there).
+    A handler may also return the result itself (a dict or list), or None."""
     next_stage: str | None = None
     result: dict[str, Any] | list[Any] | None = None
 
@@ -51,12 +123,25 @@ class Counters:
     taken: int = 0
     finished: int = 0
     failed: int = 0
-    lost: int = 0          # finish/fail returned false: the lease was no longer ours
+    snoozed: int = 0
+    lost: int = 0          # finish/fail returned false, or the lease was lost: no longer ours
+    timed_out: int = 0
     reconnects: int = 0
     finished_ids: list[int] = field(default_factory=list)
 
 
-Handler = Callable[[Task], "Outcome | None"]
+# A handler returns None, an Outcome, a dict or a list; an async handler (a coroutine function)
+# returns an awaitable of one.
+Handler = Callable[[Task], Any]
+
+
+class Refused(Exception):
+    """What waiting does not cure: a refused login, a revoked grant, skiplock not installed."""
+
+
+class Unreachable(Exception):
+    """The server could not be reached and the worker is stopping: the tasks in hand come back
+    through their leases."""
 
 
 def storable(text: str) -> str:
@@ -79,90 +164,606 @@ def require_stage(stage: object) -> str:
     return stage
 
 
+def _one_line(e: BaseException) -> str:
+    if isinstance(e, psycopg.Error) and e.sqlstate and e.diag.message_primary:
+        return f"{e.sqlstate}: {e.diag.message_primary}"
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def _lost_connection(e: BaseException, conn: psycopg.Connection | None) -> bool:
+    """Did e come from a lost connection (terminated backend, server restart, network)?"""
+    if not isinstance(e, (psycopg.OperationalError, psycopg.InterfaceError)):
+        return False
+    if conn is None or conn.closed or getattr(conn, "broken", False):
+        return True
+    state = getattr(e, "sqlstate", None) or ""
+    return state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+class _Db:
+    """A connection that comes back when it is lost: query() reconnects (LISTEN again if asked)
+    with backoff, then runs the statement again. Once the worker stops, a failed connection attempt
+    raises Unreachable; a refused login raises Refused at once."""
+
+    def __init__(self, worker: Worker, role: str, halt: threading.Event, listen: bool = False) -> None:
+        self.worker, self.role, self.halt, self.listen = worker, role, halt, listen
+        self.conn: psycopg.Connection | None = None
+        self.listening = False
+        self.prepares = False   # the connection prepares statements (made before a pooler was found)
+
+    def connected(self) -> psycopg.Connection:
+        delay, failed = BACKOFF_FIRST, False
+        if self.prepares and not self.worker.sessions:  # another connection found the pooler: prepare no more
+            self.close()
+        while self.conn is None or self.conn.closed:
+            conn = None
+            try:
+                sessions = self.worker.sessions
+                conn = psycopg.connect(self.worker.url, autocommit=True, prepare_threshold=5 if sessions else None)
+                self.listening = False
+                if self.listen and sessions:  # notifications sent while we were away are lost: the caller takes now
+                    for stage in self.worker.stages:
+                        if not stage.endswith("*"):
+                            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(stage))))
+                    self.listening = not any(s.endswith("*") for s in self.worker.stages)
+                self.conn, self.prepares = conn, sessions
+            except psycopg.OperationalError as e:
+                if conn is not None:
+                    conn.close()
+                if refused_login(e) or not transient(e):
+                    raise Refused(f"{self.role} connection: {_one_line(e)}") from e
+                if self.halt.is_set():
+                    raise Unreachable(f"{self.role} connection: {_one_line(e)}") from e
+                log.warning("%s connection: %s: retrying in %g s", self.role, _one_line(e), delay,
+                            extra={"error": _one_line(e)})
+                failed = True
+                self.halt.wait(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
+        if failed:
+            log.warning("%s connection: reconnected", self.role)
+        return self.conn
+
+    def lost(self, e: BaseException) -> None:
+        log.warning("%s connection lost (%s: %s): reconnecting", self.role, type(e).__name__, _one_line(e),
+                    extra={"error": _one_line(e)})
+        self.worker._count("reconnects", 1)
+        self.close()
+
+    def query(self, query: Any, params: Any = (), holds: Callable[[], bool] | None = None) -> list[tuple]:
+        """Run a statement; a lost connection or an error that passes by waiting is tried again
+        (after a backoff) while holds() says so (by default: until the worker stops), else raised."""
+        if holds is None:
+            holds = lambda: not self.halt.is_set()  # noqa: E731
+        delay = BACKOFF_FIRST
+        while True:
+            conn = self.connected()
+            try:
+                cur = conn.execute(query, params)
+                return cur.fetchall() if cur.description else []
+            except psycopg.Error as e:
+                if _lost_connection(e, conn):
+                    self.lost(e)  # then the same statement again: a lease stays valid meanwhile
+                    continue
+                if self.prepares and not self.worker.sessions and not prepared_lost(e) and holds():
+                    # A pooler found meanwhile: this connection's statement may have met another
+                    # client's prepared statement of the same name. Again, unprepared.
+                    log.warning("%s: %s on a connection that prepared statements through a pooler; again unprepared",
+                                self.role, _one_line(e))
+                    self.close()
+                    continue
+                if not transient(e) or not holds():
+                    raise
+                if prepared_lost(e):
+                    if self.worker.sessions:
+                        self.worker.sessions = False
+                        log.warning("%s: a pooler in transaction mode? going on with unprepared statements and "
+                                    "polling (pooler='transaction' / SKIPLOCK_POOLER=transaction starts so)", _one_line(e))
+                    self.close()   # the next connection prepares nothing and does not LISTEN
+                log.warning("%s: %s; retrying in %g s", self.role, _one_line(e), delay, extra={"error": _one_line(e)})
+                self.halt.wait(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+            self.listening = False
+
+
+@dataclass
+class _Held:
+    lease: str
+    stage: str
+    period: float          # the lease's length, seconds
+    expires: float         # time.monotonic() when it runs out, as far as the last heartbeat knows
+    lost: bool = False
+
+
+class _Heartbeat(threading.Thread):
+    """Extends the leases of the tasks in hand every third of their lease, on its own connection;
+    progress() stores a handler's progress through it."""
+
+    def __init__(self, worker: Worker) -> None:
+        super().__init__(daemon=True, name="skiplock-heartbeat")
+        self.worker = worker
+        self.held: dict[int, _Held] = {}
+        self.mutex = threading.Lock()
+        self.db_mutex = threading.Lock()
+        self.halt = threading.Event()
+        self.db = _Db(worker, "heartbeat", self.halt)
+
+    def add(self, task_id: int, lease: str, stage: str, period: float) -> None:
+        with self.mutex:
+            self.held[task_id] = _Held(lease, stage, period, time.monotonic() + period)
+
+    def done(self, task_id: int) -> None:
+        with self.mutex:
+            self.held.pop(task_id, None)
+
+    def holds(self, task_id: int) -> bool:
+        with self.mutex:
+            h = self.held.get(task_id)
+            return h is not None and not h.lost and time.monotonic() < h.expires
+
+    def lost(self, task_id: int) -> bool:
+        with self.mutex:
+            h = self.held.get(task_id)
+            return h is None or h.lost
+
+    def beat(self, task_id: int, progress: Any = None) -> bool:
+        """queue.heartbeat on one task (with progress when given); False when the lease is lost."""
+        with self.mutex:
+            h = self.held.get(task_id)
+        if h is None or h.lost:
+            return False
+        started = time.monotonic()
+        try:
+            with self.db_mutex:
+                self.db.query("SELECT queue.heartbeat(id => %s, lease => %s, lease_for => %s * interval '1 second',"
+                              " stage => %s, progress => %s)",
+                              (task_id, h.lease, h.period, h.stage, None if progress is None else Jsonb(progress)),
+                              holds=lambda: self.holds(task_id) and not self.halt.is_set())
+        except psycopg.Error as e:
+            if e.sqlstate != "SK001":  # the lease may run out: reap_hung() recovers it
+                log.warning("heartbeat on %s: %s", task_id, _one_line(e),
+                            extra={"task_id": task_id, "stage": h.stage, "error": _one_line(e)})
+                return True
+            with self.mutex:
+                h.lost = True
+            return False
+        with self.mutex:
+            h.expires = started + h.period
+        return True
+
+    def run(self) -> None:
+        try:
+            while not self.halt.wait(0.1):
+                now = time.monotonic()
+                with self.mutex:
+                    due = [i for i, h in self.held.items() if not h.lost and h.expires - now < h.period * 2 / 3]
+                for task_id in due:
+                    self.beat(task_id)
+        except (Unreachable, Refused) as e:
+            log.warning("heartbeat: %s", e)
+        finally:
+            self.db.close()
+
+
+class _Maintainer(threading.Thread):
+    """queue.maintain_now() every `every` seconds, by one worker at a time across all of them (the
+    function elects one): expired leases come back and schedules fire with no `skiplock maintain`."""
+
+    def __init__(self, url: str, every: float) -> None:
+        super().__init__(daemon=True, name="skiplock-maintain")
+        self.url, self.every = url, every
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        conn = None
+        try:
+            while not self.halt.wait(self.every):
+                try:
+                    if conn is None or conn.closed or conn.broken:
+                        conn = psycopg.connect(self.url, autocommit=True, prepare_threshold=None, connect_timeout=5)
+                    with conn.transaction():  # no row when another worker runs it now
+                        conn.execute("SELECT * FROM queue.maintain_now()")
+                except psycopg.Error as e:
+                    if e.sqlstate == "42501":
+                        log.warning("maintain: %s: this login does not maintain the queue (queue.maintain_now() is "
+                                    "granted to skiplock_worker: run `skiplock maintain`, or set maintain_every=0)",
+                                    e.diag.message_primary)
+                        return
+                    log.warning("maintain: %s; trying again in %g s", _one_line(e), self.every,
+                                extra={"error": _one_line(e)})
+        finally:
+            if conn is not None:
+                conn.close()
+
+
 class Worker:
-    def __init__(self, url: str, handlers: dict[str, Handler], batch: int = 10,
-                 idle_wait: float = 1.0, name: str | None = None) -> None:
-        for stage in handlers:
-            require_stage(stage)
+    """Runs handlers per stage; see the module's docstring. handlers maps a stage (or a prefix
+    'tenant.*') to a handler; @worker.handler(stage) adds one."""
+
+    def __init__(self, url: str, handlers: dict[str, Handler] | None = None, *, batch: int = 10,
+                 concurrency: int = 1, lease: float | None = None, idle_wait: float = 5.0, name: str | None = None,
+                 pooler: str = "none", maintain_every: float | None = None, task_timeout: float | None = None,
+                 shutdown_timeout: float = 30.0, transactional: bool = False) -> None:
+        if not 1 <= batch <= 10000 or concurrency < 1:
+            raise ValueError("batch must be 1 to 10000 and concurrency at least 1")
+        if pooler not in ("none", "session", "transaction"):
+            raise ValueError(f"pooler={pooler!r}: expected none, session or transaction")
         self.url = url
-        self.handlers = handlers
-        self.batch = batch
-        self.idle_wait = idle_wait  # slow poll: a lost notification never strands a task
+        self.handlers: dict[str, Handler] = {}
+        for stage, h in (handlers or {}).items():
+            self.handlers[require_stage(stage)] = h
+        self.batch, self.concurrency, self.lease, self.idle_wait = batch, concurrency, lease, idle_wait
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.sessions = pooler != "transaction"   # LISTEN and prepared statements stay with our connection
+        self.maintain_every = min(10.0, (lease or 30.0) / 3) if maintain_every is None else maintain_every
+        self.task_timeout = task_timeout
+        self.shutdown_timeout = shutdown_timeout
+        self.transactional = transactional
         self.counters = Counters()
-        self._stop = False
-        self._listening = False
+        self._counting = threading.Lock()
+        self._halt = threading.Event()           # stop(): no more takes
+        self._slots = threading.Condition()
+        self._run_slots = threading.BoundedSemaphore(concurrency)   # handlers running at a time
+        self._running: dict[int, tuple[Task, threading.Thread]] = {}
+        self._pool: _queue.SimpleQueue[_Db] = _queue.SimpleQueue()
+        self._timeouts: dict[str, float | None] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None   # async handlers run here
+        self._futures: dict[int, concurrent.futures.Future] = {}
+
+    @property
+    def stages(self) -> list[str]:
+        return list(self.handlers)
+
+    def handler(self, stage: str) -> Callable[[Handler], Handler]:
+        """Decorator: register the function as the handler of stage (a name, or a prefix 'x.*')."""
+        def register(fn: Handler) -> Handler:
+            self.handlers[require_stage(stage)] = fn
+            return fn
+        return register
+
+    def _count(self, name: str, n: int | bool = 1) -> None:
+        with self._counting:
+            setattr(self.counters, name, getattr(self.counters, name) + int(n))
 
     def stop(self) -> None:
-        self._stop = True
+        """Take no more tasks; run() returns once the tasks in hand end (or shutdown_timeout passes)."""
+        self._halt.set()
 
-    def _connect(self) -> psycopg.Connection:
-        delay = 0.1
-        while True:
-            try:
-                conn = connect.connect(self.url)
-                for stage in self.handlers:
-                    self._listening = connect.listen(conn, channel(stage))
-                return conn
-            except psycopg.OperationalError:
-                if self._stop:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+    def _handler_for(self, stage: str) -> Handler:
+        if stage in self.handlers:
+            return self.handlers[stage]
+        best = max((s for s in self.handlers if s.endswith("*") and stage.startswith(s[:-1])), key=len, default=None)
+        if best is None:
+            raise Fatal(f"no handler for stage {stage!r} in this worker")
+        return self.handlers[best]
 
-    def run(self, should_stop: Callable[[], bool] = lambda: False) -> Counters:
-        conn = self._connect()
+    # -- running -------------------------------------------------------------------------------
+    def run(self, should_stop: Callable[[], bool] = lambda: False, install_signals: bool = False) -> Counters:
+        """Work until stop(), should_stop() or (install_signals) SIGTERM/SIGINT; the counters.
+        Raises Refused when waiting does not cure an error (a refused login, a revoked grant)."""
+        if not self.handlers:
+            raise ValueError("no handlers: register one with @worker.handler(stage) or handlers={stage: fn}")
+        if install_signals:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, lambda *_: self.stop())
+        heartbeat = _Heartbeat(self)
+        heartbeat.start()
+        maintainer = _Maintainer(self.url, self.maintain_every)
+        if self.maintain_every > 0:
+            maintainer.start()
+        self._heartbeat = heartbeat
+        db = _Db(self, "main", self._halt, listen=True)
         try:
-            while not (self._stop or should_stop()):
-                try:
-                    worked = False
-                    for stage, handler in self.handlers.items():
-                        worked |= self._drain_once(conn, stage, handler)
-                    if not worked and not self._listening:  # through a transaction pooler
-                        time.sleep(self.idle_wait)
-                    elif not worked:
-                        # Sleep until an enqueue notifies us, or the slow poll comes round.
-                        for _ in conn.notifies(timeout=self.idle_wait, stop_after=1):
-                            pass
-                except psycopg.OperationalError:
-                    # The server went away (restart, terminated backend): reconnect with backoff.
-                    # Tasks we held come back through their leases and reap_hung().
-                    self.counters.reconnects += 1
-                    try:
-                        conn.close()
-                    except Exception:
-                        pass
-                    conn = self._connect()
+            while not (self._halt.is_set() or should_stop()):
+                if self.transactional:
+                    worked = self._run_locked_batch(db)
+                else:
+                    worked = self._take(db)
+                if not worked:
+                    self._idle(db, should_stop)
+            self._halt.set()
+            self._shut_down(db)
+        except Unreachable as e:
+            log.error("stopping while the server is unreachable (%s): the tasks in hand stay running until their "
+                      "leases run out, then reap_hung() hands them back", e)
+            raise
+        except Refused as e:
+            log.error("%s: waiting does not cure this; stopping", e)
+            raise
+        except psycopg.Error as e:
+            self._halt.set()
+            if transient(e):  # stopped while it kept failing: what it held comes back through its lease
+                raise Unreachable(f"stopped while the server still answers {_one_line(e)}") from e
+            log.error("%s: waiting does not cure this; stopping", _one_line(e), extra={"error": _one_line(e)})
+            raise Refused(_one_line(e)) from e
         finally:
-            conn.close()
+            self._halt.set()
+            maintainer.halt.set()
+            heartbeat.halt.set()
+            db.close()
+            while not self._pool.empty():
+                self._pool.get().close()
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
         return self.counters
 
-    def _drain_once(self, conn: psycopg.Connection, stage: str, handler: Handler) -> bool:
-        rows = conn.execute(
-            "SELECT id, payload, attempt, lease FROM queue.take_next(stage => %s, batch => %s, worker => %s)",
-            (stage, self.batch, self.name)).fetchall()
-        for task_id, payload, attempt, lease in rows:
-            self.counters.taken += 1
-            task = Task(task_id, payload, attempt, str(lease), stage)
-            try:
-                outcome = handler(task) or Outcome()
-            except Exception as e:
-                # A bug in the handler fails the attempt (retried per the stage's backoff) rather
-                # than ending the loop with the rest of the batch still leased.
-                f = e if isinstance(e, Fail) else Fail(f"{type(e).__name__}: {e}")
-                ok = one(conn.execute(
-                    "SELECT queue.fail(%s, %s, %s, fatal => %s, retry_in => %s::float8 * interval '1 second', "
-                    "stage => %s)",
-                    (task.id, task.lease, storable(str(f)), f.fatal, f.retry_in, task.stage)))[0]
-                self.counters.failed += ok
-                self.counters.lost += not ok
-                continue
-            ok = one(conn.execute("SELECT queue.finish(%s, %s, next_stage => %s, stage => %s, result => %s)",
-                                  (task.id, task.lease, outcome.next_stage, task.stage,
-                                   None if outcome.result is None else Jsonb(outcome.result))))[0]
-            if ok:
-                self.counters.finished += 1
-                self.counters.finished_ids.append(task.id)
-            else:
-                self.counters.lost += 1
+    def _take(self, db: _Db) -> bool:
+        """Once fewer than `concurrency` tasks are in hand, take up to `batch` more and start a thread
+        for each; at most `concurrency` of them run their handler at a time, the others wait (their
+        leases heartbeated): with concurrency 1 a batch runs one task after the other."""
+        with self._slots:
+            while len(self._running) >= self.concurrency and not self._halt.is_set():
+                self._slots.wait(0.5)
+        free = self.batch
+        if self._halt.is_set():
+            return True
+        stages = self.stages
+        if len(stages) == 1 and not stages[0].endswith("*"):
+            rows = db.query("SELECT %s::text, id, payload, attempt, lease, extract(epoch FROM lease_expires - now())::float8"
+                            " FROM queue.take_next(stage => %s, batch => %s, lease_for => %s * interval '1 second',"
+                            " worker => %s)", (stages[0], stages[0], free, self.lease, self.name))
+        else:  # several, or a prefix: round robin, each row names its stage
+            rows = db.query("SELECT stage, id, payload, attempt, lease, extract(epoch FROM lease_expires - now())::float8"
+                            " FROM queue.take_next(stages => %s::text[], batch => %s, lease_for => %s * interval '1 second',"
+                            " worker => %s)", (stages, free, self.lease, self.name))
+        for stage, task_id, payload, attempt, lease, period in rows:
+            self._count("taken", 1)
+            self._heartbeat.add(task_id, str(lease), stage, max(float(period), 0.001))
+            task = Task(task_id, payload, attempt, str(lease), stage,
+                        _progress=functools.partial(self._heartbeat.beat, task_id))
+            timeout = self.task_timeout if self.task_timeout is not None else self._stage_timeout(db, stage)
+            thread = threading.Thread(target=self._run_task, args=(task, timeout), daemon=True,
+                                      name=f"skiplock-task-{task_id}")
+            with self._slots:
+                self._running[task_id] = (task, thread)
+            thread.start()
         return bool(rows)
+
+    def _stage_timeout(self, db: _Db, stage: str) -> float | None:
+        """The stage's task_timeout (configure_stage), read once per stage."""
+        if stage not in self._timeouts:
+            try:
+                self._timeouts[stage] = db.query("SELECT extract(epoch FROM queue.task_timeout(%s))::float8", (stage,))[0][0]
+            except psycopg.errors.UndefinedFunction:  # a database older than the setting
+                db.close()
+                self._timeouts[stage] = None
+        return self._timeouts[stage]
+
+    def _idle(self, db: _Db, should_stop: Callable[[], bool]) -> None:
+        """Sleep on LISTEN until a NOTIFY or idle_wait seconds (a slow poll: a lost notification never
+        strands a task), waking every half second to see whether to stop."""
+        end = time.monotonic() + self.idle_wait
+        while not (self._halt.is_set() or should_stop()):
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            conn = db.connected()
+            if not db.listening:
+                self._halt.wait(min(left, 0.5))
+                continue
+            try:
+                for _ in conn.notifies(timeout=min(left, 0.5), stop_after=1):
+                    return
+            except psycopg.Error as e:
+                if not _lost_connection(e, db.conn):
+                    raise
+                db.lost(e)
+                return
+
+    def _run_task(self, task: Task, timeout: float | None) -> None:
+        """One task's thread, inside its span: the handler (in a thread of its own when there is a
+        time limit), then its end recorded with the lease."""
+        outcome: list[Any] = []
+
+        def call() -> None:
+            try:
+                returned = self._handler_for(task.stage)(task)
+                if inspect.isawaitable(returned):   # an async handler: on the worker's event loop
+                    returned = self._await(task, returned)
+                outcome.append(("ok", _outcome(returned)))
+            except BaseException as e:  # noqa: BLE001 - every failure of a handler is a failed attempt
+                outcome.append(("error", e))
+
+        try:
+            with self._run_slots, tracing.task_span(task) as failed:
+                if self._heartbeat.lost(task.id):   # released at shutdown while it waited for a slot
+                    return
+                if timeout is None:
+                    call()
+                else:
+                    inner = threading.Thread(target=contextvars.copy_context().run, args=(call,), daemon=True,
+                                             name=f"skiplock-handler-{task.id}")
+                    inner.start()
+                    inner.join(timeout)
+                    if inner.is_alive():
+                        future = self._futures.get(task.id)
+                        if future is not None:   # an async handler is cancelled; a thread cannot be
+                            future.cancel()
+                        self._count("timed_out", 1)
+                        outcome.insert(0, ("error", Fail(f"timed out after {timeout:g} s (task_timeout); the handler's"
+                                                         " thread goes on, its result will be dropped")))
+                kind, value = outcome[0]
+                if kind == "error":
+                    failed(value)
+                self._record(task, kind, value)
+        except (Unreachable, Refused) as e:
+            log.warning("task %s not recorded (%s): reap_hung() hands it back", task.id, e,
+                        extra={"task_id": task.id, "stage": task.stage, "attempt": task.attempt})
+        except Exception as e:  # noqa: BLE001 - a thread must not die silently
+            log.exception("task %s not recorded (%s): its lease runs out and reap_hung() hands it back", task.id,
+                          _one_line(e), extra={"task_id": task.id, "stage": task.stage, "attempt": task.attempt})
+        finally:
+            self._heartbeat.done(task.id)
+            with self._slots:
+                self._running.pop(task.id, None)
+                self._slots.notify_all()
+
+    def _await(self, task: Task, awaitable: Any) -> Any:
+        """Run an async handler's coroutine on the worker's event loop (one thread, started at the
+        first async handler), so that many async handlers wait at once; its result."""
+        with self._slots:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, daemon=True, name="skiplock-asyncio").start()
+
+        async def wrapped() -> Any:
+            return await awaitable
+
+        future = asyncio.run_coroutine_threadsafe(wrapped(), self._loop)
+        self._futures[task.id] = future
+        try:
+            return future.result()
+        finally:
+            self._futures.pop(task.id, None)
+
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[_Db]:
+        try:
+            db = self._pool.get_nowait()
+        except _queue.Empty:
+            db = _Db(self, "finish", self._halt)   # stopping: a failed connection attempt gives up
+        try:
+            yield db
+        finally:
+            self._pool.put(db)
+
+    def _record(self, task: Task, kind: str, value: Any) -> None:
+        """finish, fail or release the task with its lease, retried while the lease holds."""
+        extra = {"task_id": task.id, "stage": task.stage, "attempt": task.attempt}
+        if self._heartbeat.lost(task.id):
+            self._count("lost", 1)
+            log.warning("lease lost on %s: dropping the result", task.id, extra=extra)
+            return
+        holds = lambda: self._heartbeat.holds(task.id)  # noqa: E731
+        with self._db() as db:
+            try:
+                if kind == "ok":
+                    next_stage, result = value
+                    ok = db.query("SELECT queue.finish(id => %s, lease => %s, next_stage => %s, stage => %s,"
+                                  " result => %s)", (task.id, task.lease, next_stage, task.stage,
+                                                     None if result is None else Jsonb(result)), holds)[0][0]
+                    if ok:
+                        self._count("finished", 1)
+                        with self._counting:
+                            self.counters.finished_ids.append(task.id)
+                elif isinstance(value, Snooze):
+                    ok = db.query("SELECT queue.release(id => %s, lease => %s, retry_in => %s * interval '1 second',"
+                                  " stage => %s)", (task.id, task.lease, value.seconds, task.stage), holds)[0][0]
+                    log.info("snoozed %s for %.3f s", task.id, value.seconds, extra=extra)
+                    self._count("snoozed", ok)
+                else:
+                    error, fatal, retry_in = _failure(value)
+                    log.warning("task %s (%s, attempt %s) failed%s: %s", task.id, task.stage, task.attempt,
+                                " for good" if fatal else "", error, extra={**extra, "error": error, "fatal": fatal})
+                    ok = self._fail(db, task, error, fatal, retry_in, holds)
+                    self._count("failed", ok)
+            except psycopg.Error as e:
+                if not transient(e):
+                    raise
+                log.warning("task %s not recorded while its lease held (%s): reap_hung() hands it back", task.id,
+                            _one_line(e), extra={**extra, "error": _one_line(e)})
+                return
+        if not ok:  # false: the lease was no longer ours (reaped and retaken, or cancelled)
+            self._count("lost", 1)
+            log.warning("lease lost on %s", task.id, extra=extra)
+
+    def _fail(self, db: _Db, task: Task, error: str, fatal: bool, retry_in: float | None,
+              holds: Callable[[], bool]) -> bool:
+        """queue.fail; an error text refused all the same is replaced by a plain one, once."""
+        query = ("SELECT queue.fail(id => %s, lease => %s, error => %s, fatal => %s,"
+                 " retry_in => %s::float8 * interval '1 second', stage => %s)")
+        try:
+            return db.query(query, (task.id, task.lease, storable(error), fatal, retry_in, task.stage), holds)[0][0]
+        except (psycopg.Error, UnicodeError) as e:  # not a lost connection: _Db.query retries those
+            if isinstance(e, psycopg.Error) and transient(e):
+                raise
+            log.warning("fail on %s: the error text was refused (%s); recording a plain one", task.id, _one_line(e))
+            return db.query(query, (task.id, task.lease, f"handler failed; its error text was refused ({type(e).__name__})",
+                                    fatal, retry_in, task.stage), holds)[0][0]
+
+    def _shut_down(self, db: _Db) -> None:
+        """Wait up to shutdown_timeout for the tasks in hand, then release the rest (back at once)."""
+        deadline = time.monotonic() + self.shutdown_timeout
+        with self._slots:
+            while self._running and time.monotonic() < deadline:
+                self._slots.wait(min(0.5, max(0.0, deadline - time.monotonic())))
+            left = list(self._running.values())
+        for task, _ in left:
+            self._heartbeat.done(task.id)   # its result, if it comes, is dropped
+            try:
+                db.query("SELECT queue.release(id => %s, lease => %s, stage => %s)", (task.id, task.lease, task.stage),
+                         holds=lambda: False)
+                log.warning("task %s still running after the shutdown timeout (%g s): released", task.id,
+                            self.shutdown_timeout, extra={"task_id": task.id, "stage": task.stage})
+            except (psycopg.Error, Unreachable) as e:
+                log.warning("task %s not released (%s): its lease runs out", task.id, e)
+
+    # -- transactional mode ----------------------------------------------------------------------
+    def _run_locked_batch(self, db: _Db) -> bool:
+        """One transaction: take_locked, each handler in a savepoint with task.conn, finish_locked
+        or fail_locked; the commit ends them all with the handlers' writes."""
+        conn = db.connected()
+        stages = self.stages
+        try:
+            with conn.transaction():
+                if len(stages) == 1 and not stages[0].endswith("*"):
+                    rows = conn.execute("SELECT %s::text, id, payload, attempt FROM queue.take_locked(stage => %s,"
+                                        " batch => %s)", (stages[0], stages[0], self.batch)).fetchall()
+                else:
+                    rows = conn.execute("SELECT stage, id, payload, attempt FROM queue.take_locked(stages => %s::text[],"
+                                        " batch => %s)", (stages, self.batch)).fetchall()
+                for stage, task_id, payload, attempt in rows:
+                    self._count("taken", 1)
+                    task = Task(task_id, payload, attempt, None, stage, conn=conn)
+                    extra = {"task_id": task_id, "stage": stage, "attempt": attempt}
+                    try:
+                        with tracing.task_span(task), conn.transaction():
+                            next_stage, result = _outcome(self._handler_for(stage)(task))
+                            conn.execute("SELECT queue.finish_locked(id => %s, worker => %s, stage => %s, result => %s)",
+                                         (task_id, self.name, stage, None if result is None else Jsonb(result)))
+                            if next_stage is not None:
+                                raise Fatal("next_stage is not available in transactional mode")
+                        self._count("finished", 1)
+                        self.counters.finished_ids.append(task_id)
+                    except Exception as e:  # noqa: BLE001 - the handler's writes are rolled back to the savepoint
+                        if isinstance(e, psycopg.Error) and _lost_connection(e, conn):
+                            raise
+                        error, fatal, retry_in = _failure(e)
+                        if isinstance(e, Snooze):
+                            retry_in = e.seconds
+                        log.warning("task %s (%s, attempt %s) failed%s: %s", task_id, stage, attempt,
+                                    " for good" if fatal else "", error, extra={**extra, "error": error, "fatal": fatal})
+                        conn.execute("SELECT queue.fail_locked(id => %s, error => %s, fatal => %s,"
+                                     " retry_in => %s::float8 * interval '1 second', worker => %s, stage => %s)",
+                                     (task_id, storable(error), fatal, retry_in, self.name, stage))
+                        self._count("failed", 1)
+        except psycopg.Error as e:
+            if _lost_connection(e, conn):
+                db.lost(e)   # the transaction rolled back: its tasks were never taken
+                return True
+            if not transient(e) or self._halt.is_set():
+                raise
+            log.warning("main: %s; the batch rolled back, taking again", _one_line(e), extra={"error": _one_line(e)})
+            self._halt.wait(BACKOFF_FIRST)
+            return True
+        return bool(rows)
+
+
+def _outcome(value: Any) -> tuple[str | None, Any]:
+    """(next_stage, result) from what a handler returned."""
+    if isinstance(value, Outcome):
+        return value.next_stage, value.result
+    if value is None or isinstance(value, (dict, list)):
+        return None, value
+    raise Fatal(f"a handler returns None, an Outcome, a dict or a list, not {type(value).__name__}")
+
+
+def _failure(e: BaseException) -> tuple[str, bool, float | None]:
+    """(error text, fatal, retry_in) for what a handler raised: Fail's message, else the type and text."""
+    if isinstance(e, Fail):
+        return str(e), e.fatal, e.retry_in
+    return f"{type(e).__name__}: {e}", False, None

@@ -1,7 +1,16 @@
 'use strict';
-// A skiplock worker in plain node-postgres: copy it, replace handle(), run it.
+// The skiplock worker for Node.js (the npm package "skiplock"; README.md): a Worker class over
+// node-postgres, and, run as a script, a worker whose handle() you replace.
 //
 //   DATABASE_URL=postgresql://... STAGE=default node worker.js
+//
+// Several stages: STAGE=a,b (option stages: ['a', 'b'], or a prefix 'tenant.*') are taken round
+// robin by queue.take_next(stages[]); option handlers maps a stage (or prefix) to its handler. A
+// handler's return value, an object or an array, is the task's result (queue.finish(result => …));
+// new Outcome({ nextStage, result }) moves it on to another stage; task.progress(value) stores its
+// progress (queue.heartbeat(progress => …)). stop() lets the batch in hand finish for at most
+// shutdownTimeout seconds (SHUTDOWN_TIMEOUT, 20); the tasks of the batch not started by then are
+// released (back at once, the attempt not counted).
 //
 // The loop: take a batch (queue.take_next), run handle() per task, then queue.finish or
 // queue.fail with the task's lease. A timer heartbeats the tasks in hand every LEASE/3 seconds
@@ -48,6 +57,39 @@
 const os = require('node:os');
 const { Client, DatabaseError } = require('pg');
 
+// Optional OpenTelemetry, through @opentelemetry/api when the application has it installed: a span
+// "skiplock.task <stage>" per task (from the handler's start to its finish, fail or release) with
+// skiplock.stage, skiplock.task_id and skiplock.attempt, child of the context the payload carries
+// under the reserved key "_trace" (written by withTrace, W3C traceparent as the global propagator
+// writes it). Nothing without the package.
+let otel = null;
+try {
+  otel = require('@opentelemetry/api');  // eslint-disable-line global-require
+} catch (err) {
+  otel = null;
+}
+
+// payload with the trace context of ctx (the active one by default) under "_trace"; unchanged
+// without OpenTelemetry, without a span, or for an array.
+function withTrace(payload, ctx = otel ? otel.context.active() : null) {
+  if (!otel || !payload || typeof payload !== 'object' || Array.isArray(payload)) return payload;
+  const carrier = {};
+  otel.propagation.inject(ctx, carrier);
+  return Object.keys(carrier).length ? { ...payload, _trace: carrier } : payload;
+}
+
+// A started span for a task (null without OpenTelemetry) and the context to run its handler in.
+function taskSpan(task) {
+  if (!otel) return { span: null, ctx: null };
+  const carrier = task.payload && typeof task.payload === 'object' && !Array.isArray(task.payload) ? task.payload._trace : null;
+  const parent = carrier && typeof carrier === 'object' ? otel.propagation.extract(otel.ROOT_CONTEXT, carrier) : otel.context.active();
+  const span = otel.trace.getTracer('skiplock').startSpan(`skiplock.task ${task.stage}`, {
+    kind: otel.SpanKind.CONSUMER,
+    attributes: { 'skiplock.stage': task.stage, 'skiplock.task_id': Number(task.id), 'skiplock.attempt': task.attempt },
+  }, parent);
+  return { span, ctx: otel.trace.setSpan(parent, span) };
+}
+
 const BACKOFF_FIRST = 0.1;  // seconds before the first reconnection attempt, doubled each time...
 const BACKOFF_MAX = 5;      // ...up to this
 
@@ -80,6 +122,14 @@ class Fail extends Error {
   }
 }
 
+// What a handler may return to move the task to another stage, with a result (its payload there).
+class Outcome {
+  constructor({ nextStage = null, result = null } = {}) {
+    this.nextStage = nextStage;
+    this.result = result;
+  }
+}
+
 class Snooze extends Error {
   // Throw from a handler when the task cannot run yet (a rate limit, a resource not ready): it
   // goes back, due `seconds` from now, and the attempt is not counted.
@@ -107,18 +157,26 @@ async function handle(task) {
 }
 
 class Worker {
-  constructor({ url, stage = 'default', batch = 10, lease = 60, idleWait = 5, handler = handle,
-                name = `${os.hostname()}:${process.pid}`, listen = true, prepare = listen,
-                maintainEvery = Math.min(10, lease / 3), taskTimeout = null }) {
+  constructor({ url, stage = 'default', stages = null, handlers = null, batch = 10, lease = 60, idleWait = 5,
+                handler = handle, name = `${os.hostname()}:${process.pid}`, listen = true, prepare = listen,
+                maintainEvery = Math.min(10, lease / 3), taskTimeout = null, shutdownTimeout = 20 }) {
+    stages = stages || (handlers ? Object.keys(handlers) : [stage]);
+    if (!Array.isArray(stages) || stages.length === 0 || !stages.every((s) => typeof s === 'string' && s)) {
+      throw new RangeError(`stages: ${JSON.stringify(stages)}: expected a non-empty array of stage names`);
+    }
     if (!Number.isInteger(batch) || batch < 1 || batch > 10000) throw new RangeError(`batch: ${batch}: expected an integer from 1 to 10000`);
     if (!Number.isFinite(lease) || lease <= 0) throw new RangeError(`lease: ${lease}: expected seconds > 0`);
     if (!Number.isFinite(idleWait) || idleWait <= 0) throw new RangeError(`idleWait: ${idleWait}: expected seconds > 0`);
-    Object.assign(this, { url, stage, batch, lease, idleWait, handler, name, listens: listen, prepares: prepare,
-                          maintainEvery, taskTimeout });
+    Object.assign(this, { url, stages, stage: stages[0], handlers: handlers || {}, batch, lease, idleWait, handler, name,
+                          listens: listen, prepares: prepare, maintainEvery, taskTimeout, shutdownTimeout });
+    this.multi = stages.length > 1 || stages[0].endsWith('*');
+    this.timeouts = new Map(); // stage -> its task_timeout in seconds (or null), read once
     this.expires = new Map(); // id -> when its lease runs out (Date.now()), renewed by each heartbeat
     this.statements = new Map();  // text -> its name, when prepares
     this.counters = { taken: 0, finished: 0, failed: 0, snoozed: 0, lost: 0 };
     this.held = new Map();    // id -> lease of the tasks not finished or failed yet
+    this.stageOf = new Map(); // id -> the stage of a task in hand
+    this.shutdownExpired = false;
     this.stopping = false;
     this.notified = false;
     this.wake = () => {};
@@ -129,6 +187,9 @@ class Worker {
   }
 
   stop() {
+    if (!this.stopping && this.shutdownTimeout !== null) {
+      setTimeout(() => { this.shutdownExpired = true; }, this.shutdownTimeout * 1000).unref();
+    }
     this.stopping = true;
     for (const cut of this.backoffs) cut();  // reconnecting: try once more now, then give up
     this.wake();  // asleep: stop now; busy: the loop stops after the batch
@@ -242,10 +303,12 @@ class Worker {
   // The LISTENing client, reconnected in the background when lost; then the loop takes at once
   // (a notification sent meanwhile is lost).
   async listen() {
-    const channel = `skiplock.${this.stage}`;
     const client = await this.connect('listen', async (c) => {
       c.on('notification', () => { this.notified = true; this.wake(); });
-      await c.query(`LISTEN ${c.escapeIdentifier(channel)}`);
+      // A prefix's stages are found at the poll: only the stages named are listened to.
+      for (const stage of this.stages.filter((s) => !s.endsWith('*'))) {
+        await c.query(`LISTEN ${c.escapeIdentifier(`skiplock.${stage}`)}`);
+      }
     });
     if (this.ended) { client.end().catch(() => {}); return; }
     const lost = (what) => {
@@ -265,14 +328,6 @@ class Worker {
   async run() {
     // LISTEN before the first take: a task enqueued in between still wakes us.
     if (this.listens) await this.listen();
-    if (this.taskTimeout === null) {  // the stage's own limit (configure_stage(task_timeout => …)), if any
-      try {
-        const { rows } = await this.query('SELECT extract(epoch FROM queue.task_timeout($1))::float8 AS s', [this.stage]);
-        this.taskTimeout = rows[0].s;
-      } catch (err) {
-        if (err.code !== '42883') throw err;  // a database older than the setting
-      }
-    }
     const beat = setInterval(() => { if (!this.beating) this.beat = this.heartbeat(); }, (this.lease * 1000) / 3);
     let maintaining = null;
     const maintainer = this.maintainEvery > 0 ? setInterval(() => {
@@ -311,62 +366,120 @@ class Worker {
     if (this.beating) return;  // the previous round still waits for a reconnection
     this.beating = true;
     try {
-      for (const [id, lease] of this.held) {
-        try {
-          const at = Date.now();
-          await this.query("SELECT queue.heartbeat(id => $1, lease => $2, lease_for => $3 * interval '1 second',"
-                           + ' stage => $4)', [id, lease, this.lease, this.stage], () => !this.stopping && this.held.has(id));
-          if (this.held.has(id)) this.expires.set(id, at + this.lease * 1000);
-        } catch (err) {
-          if (err.code !== 'SK001') { console.error(`heartbeat on ${id}: ${err.message}`); continue; }
-          this.held.delete(id);   // someone else owns the task now: drop our result
-          this.counters.lost += 1;
-        }
-      }
+      for (const id of [...this.held.keys()]) await this.beatOne(id);
     } finally {
       this.beating = false;
     }
+  }
+
+  // queue.heartbeat on one task in hand, with its progress when given; false when the lease is lost.
+  async beatOne(id, progress = null) {
+    if (!this.held.has(id)) return false;
+    try {
+      const at = Date.now();
+      await this.query("SELECT queue.heartbeat(id => $1, lease => $2, lease_for => $3 * interval '1 second',"
+                       + ' stage => $4, progress => $5::jsonb)',
+                       [id, this.held.get(id), this.lease, this.stageOf.get(id), progress === null ? null : JSON.stringify(progress)],
+                       () => !this.stopping && this.held.has(id));
+      if (this.held.has(id)) this.expires.set(id, at + this.lease * 1000);
+      return true;
+    } catch (err) {
+      if (err.code !== 'SK001') { console.error(`heartbeat on ${id}: ${err.message}`); return true; }
+      if (!this.held.has(id)) return false;  // ended by us meanwhile (the finish ran first on the shared client)
+      this.held.delete(id);   // someone else owns the task now: drop our result
+      this.counters.lost += 1;
+      return false;
+    }
+  }
+
+  // The handler of a stage: handlers[stage], else the longest prefix 'x*' that matches, else handler.
+  handlerFor(stage) {
+    if (this.handlers[stage]) return this.handlers[stage];
+    const prefix = Object.keys(this.handlers).filter((s) => s.endsWith('*') && stage.startsWith(s.slice(0, -1)))
+      .sort((a, b) => b.length - a.length)[0];
+    return prefix ? this.handlers[prefix] : this.handler;
+  }
+
+  // The stage's task_timeout (configure_stage(task_timeout => …)) in seconds, read once a stage.
+  async stageTimeout(stage) {
+    if (this.taskTimeout !== null) return this.taskTimeout;
+    if (!this.timeouts.has(stage)) {
+      try {
+        const { rows } = await this.query('SELECT extract(epoch FROM queue.task_timeout($1))::float8 AS s', [stage]);
+        this.timeouts.set(stage, rows[0].s);
+      } catch (err) {
+        if (err.code !== '42883') throw err;  // a database older than the setting
+        this.timeouts.set(stage, null);
+      }
+    }
+    return this.timeouts.get(stage);
   }
 
   // queue.fail; an error text refused all the same is replaced by a plain one, once, so that the
   // worker goes on and the task is not left running until its lease runs out.
   async fail(task, error, fatal, holds) {
     const sql = 'SELECT queue.fail(id => $1, lease => $2, error => $3, fatal => $4, stage => $5) AS ok';
+    const stage = task.stage;
     try {
       // A text value holds no NUL (the server answers 22021): a handler's error may quote binary output.
-      return (await this.query(sql, [task.id, task.lease, String(error).replace(/\0/g, '\\0'), fatal, this.stage], holds)).rows[0];
+      return (await this.query(sql, [task.id, task.lease, String(error).replace(/\0/g, '\\0'), fatal, stage], holds)).rows[0];
     } catch (err) {
       if (!(err instanceof DatabaseError) || transient(err)) throw err;  // retried by query() while the lease held
       console.error(`fail on ${task.id}: the error text was refused (${err.code}: ${err.message}); recording a plain one`);
       return (await this.query(sql, [task.id, task.lease, `handler failed; its error text was refused (SQLSTATE ${err.code})`,
-                                     fatal, this.stage], holds)).rows[0];
+                                     fatal, stage], holds)).rows[0];
     }
   }
 
   async runBatch() {
-    const { rows } = await this.query(
-      "SELECT id, payload, attempt, lease FROM queue.take_next(stage => $1, batch => $2,"
-      + " lease_for => $3 * interval '1 second', worker => $4)",
-      [this.stage, this.batch, this.lease, this.name]);
+    const { rows } = this.multi
+      ? await this.query(  // several stages, or a prefix: round robin, each row names its stage
+        "SELECT stage, id, payload, attempt, lease FROM queue.take_next(stages => $1::text[], batch => $2,"
+        + " lease_for => $3 * interval '1 second', worker => $4)",
+        [this.stages, this.batch, this.lease, this.name])
+      : await this.query(
+        "SELECT $1::text AS stage, id, payload, attempt, lease FROM queue.take_next(stage => $1, batch => $2,"
+        + " lease_for => $3 * interval '1 second', worker => $4)",
+        [this.stage, this.batch, this.lease, this.name]);
     const taken = Date.now();
-    for (const row of rows) { this.held.set(row.id, row.lease); this.expires.set(row.id, taken + this.lease * 1000); }
+    for (const row of rows) {
+      this.held.set(row.id, row.lease);
+      this.stageOf.set(row.id, row.stage);
+      this.expires.set(row.id, taken + this.lease * 1000);
+      row.progress = (value) => this.beatOne(row.id, value);
+    }
     for (const task of rows) {
       this.counters.taken += 1;
+      if (this.shutdownExpired) {  // stopping past shutdownTimeout: back at once, not run
+        try {
+          await this.query('SELECT queue.release(id => $1, lease => $2, stage => $3)', [task.id, task.lease, task.stage],
+                           () => false);
+          console.error(`released ${task.id}: the worker is stopping past its shutdown timeout`);
+        } catch (err) {
+          console.error(`task ${task.id} not released (${err.message}): its lease runs out`);
+        }
+        this.held.delete(task.id);
+        continue;
+      }
+      const taskTimeout = await this.stageTimeout(task.stage);
+      const handler = this.handlerFor(task.stage);
+      let returned;
       let error = null;
       let fatal = false;
       let snooze = null;
       let timer = null;
+      const { span, ctx } = taskSpan(task);
       try {
-        const run = Promise.resolve().then(() => this.handler(task));
-        if (this.taskTimeout) {
+        const run = Promise.resolve().then(() => (ctx ? otel.context.with(ctx, () => handler(task)) : handler(task)));
+        if (taskTimeout) {
           const limit = new Promise((_, reject) => {
-            timer = setTimeout(() => reject(new Fail(`timed out after ${this.taskTimeout} s (TASK_TIMEOUT)`)),
-                               this.taskTimeout * 1000);
+            timer = setTimeout(() => reject(new Fail(`timed out after ${taskTimeout} s (TASK_TIMEOUT)`)),
+                               taskTimeout * 1000);
           });
           run.catch(() => {});
-          await Promise.race([run, limit]);
+          returned = await Promise.race([run, limit]);
         } else {
-          await run;
+          returned = await run;
         }
       } catch (err) {
         if (err instanceof Snooze) {
@@ -374,25 +487,36 @@ class Worker {
         } else {
           error = err instanceof Fail ? err.message : String(err && err.stack || err);
           fatal = Boolean(err && err.fatal);
+          console.error(JSON.stringify({ msg: 'task failed', task_id: task.id, stage: task.stage, attempt: task.attempt,
+                                         fatal, error: String(err && err.message || err) }));
+          if (span) {
+            if (err instanceof Error) span.recordException(err);
+            span.setStatus({ code: otel.SpanStatusCode.ERROR, message: String(err && err.message || err) });
+          }
         }
       }
       clearTimeout(timer);
       if (!this.held.has(task.id)) {
         console.error(`lease lost on ${task.id}: dropping the result`);
+        if (span) span.end();
         continue;
       }
       // A lost connection: query() reconnects and calls again with the same lease; an error that
       // passes by waiting is tried again while the lease holds (heartbeats renew it).
       const holds = () => this.holds(task.id);
+      const outcome = returned instanceof Outcome ? returned
+        : new Outcome({ result: returned !== null && typeof returned === 'object' ? returned : null });
       let r;
       try {
         if (snooze !== null) {
           [r] = (await this.query("SELECT queue.release(id => $1, lease => $2, retry_in => $3 * interval '1 second',"
-                                  + ' stage => $4) AS ok', [task.id, task.lease, snooze, this.stage], holds)).rows;
+                                  + ' stage => $4) AS ok', [task.id, task.lease, snooze, task.stage], holds)).rows;
           console.error(`snoozed ${task.id} for ${snooze.toFixed(3)} s`);
         } else if (error === null) {
-          [r] = (await this.query('SELECT queue.finish(id => $1, lease => $2, stage => $3) AS ok',
-                                  [task.id, task.lease, this.stage], holds)).rows;
+          [r] = (await this.query('SELECT queue.finish(id => $1, lease => $2, stage => $3, next_stage => $4,'
+                                  + ' result => $5::jsonb) AS ok',
+                                  [task.id, task.lease, task.stage, outcome.nextStage,
+                                   outcome.result === null ? null : JSON.stringify(outcome.result)], holds)).rows;
         } else {
           r = await this.fail(task, error, fatal, holds);
         }
@@ -402,7 +526,9 @@ class Worker {
         continue;
       } finally {
         this.held.delete(task.id);
+        this.stageOf.delete(task.id);
         this.expires.delete(task.id);
+        if (span) span.end();
       }
       if (!r.ok) {           // false: the lease was no longer ours (reaped and retaken)
         this.counters.lost += 1;
@@ -442,12 +568,13 @@ async function main() {
   const worker = new Worker({
     listen: pooler !== 'transaction',
     url: env.DATABASE_URL,
-    stage: env.STAGE || 'default',
+    stages: (env.STAGE || 'default').split(',').map((s) => s.trim()).filter((s) => s),
     batch: setting(env, 'BATCH', 10, { integer: true, min: 1, max: 10000 }),
     lease: setting(env, 'LEASE', 60, { min: Number.MIN_VALUE }),
     idleWait: setting(env, 'IDLE_WAIT', 5, { min: Number.MIN_VALUE }),
     maintainEvery: setting(env, 'MAINTAIN_EVERY', Math.min(10, setting(env, 'LEASE', 60, { min: Number.MIN_VALUE }) / 3), { min: 0 }),
     taskTimeout: env.TASK_TIMEOUT ? setting(env, 'TASK_TIMEOUT', 0, { min: Number.MIN_VALUE }) : null,
+    shutdownTimeout: setting(env, 'SHUTDOWN_TIMEOUT', 20, { min: 0 }),
   });
   process.on('SIGTERM', () => worker.stop());
   process.on('SIGINT', () => worker.stop());
@@ -473,4 +600,4 @@ if (require.main === module) {
   });
 }
 
-module.exports = { Worker, Fail, Snooze, Unreachable, Refused, handle, transient };
+module.exports = { Worker, Fail, Snooze, Outcome, Unreachable, Refused, handle, transient, withTrace };

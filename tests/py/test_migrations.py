@@ -218,14 +218,15 @@ HARNESS = {"testrun", "testdb", "versions", "citus", "lint", "revision"}
 
 def test_wheel_holds_only_the_user_facing_modules_and_the_migrations(wheel: Path):
     """The installed package is what users run: the modules of skiplock/ (each reached by a command,
-    tests/py/test_python_layout.py), schema/ and alembic/ inside it, the metadata; no harness, no tests."""
+    tests/py/test_python_layout.py), schema/ and alembic/ inside it, the dashboard's templates and
+    static files (web_assets/), the metadata; no harness, no tests."""
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
     modules = {n.removeprefix("skiplock/").removesuffix(".py") for n in names
                if n.startswith("skiplock/") and n.count("/") == 1}
     assert modules == {p.stem for p in (ROOT / "skiplock").glob("*.py")}
     assert modules & HARNESS == set() and {"cli", "migrate", "sqlfiles", "devdb", "worker"} <= modules
-    others = [n for n in names if not n.startswith(("skiplock/schema/", "skiplock/alembic/", "skiplock-"))
+    others = [n for n in names if not n.startswith(("skiplock/schema/", "skiplock/alembic/", "skiplock/web_assets/", "skiplock-"))
               and not (n.startswith("skiplock/") and n.count("/") == 1)]
     assert others == [], f"the wheel holds more than the package and its migrations: {others[:10]}"
     assert all(".dist-info/" in n for n in names if n.startswith("skiplock-"))

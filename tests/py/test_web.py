@@ -232,24 +232,22 @@ def test_bulk_retry_and_cancel_of_selected_tasks_on_a_stage_page(
 
 def test_run_now_is_offered_only_where_the_database_has_run_schedule_now(
         servers: dict[str, Server], browser: Any, conn: psycopg.Connection) -> None:
+    """queue.run_schedule_now ships in 0110: the admin gets the button and it runs the schedule; a
+    database without it (the function renamed away here, as in an older revision) gets none."""
     conn.execute("SELECT queue.schedule('web-nightly', '0 3 * * *', 'web.cron')")
     browser.get(servers["admin"].base + "/schedules")
+    browser.find_element(By.CSS_SELECTOR, "form[action='/action/run-now'] button").click()
+    wait_for(lambda: "ran web-nightly" in browser.page_source, "the run-now's confirmation")
+    assert conn.execute("SELECT count(*) FROM queue.tasks WHERE stage = 'web.cron'").fetchone() == (1,)
+    browser.get(servers["monitor"].base + "/schedules")
     assert browser.find_elements(By.CSS_SELECTOR, "form[action='/action/run-now']") == []
-    # A stand-in with the name and signature the dashboard looks for (to_regprocedure).
-    conn.execute("""CREATE FUNCTION queue.run_schedule_now(name text) RETURNS bigint LANGUAGE sql
-                    SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-                    AS $$ SELECT queue.enqueue(s.payload, stage => s.stage) FROM queue.schedules s WHERE s.name = $1 $$""")
-    conn.execute("REVOKE ALL ON FUNCTION queue.run_schedule_now(text) FROM PUBLIC")
-    conn.execute("GRANT EXECUTE ON FUNCTION queue.run_schedule_now(text) TO skiplock_admin")
+    conn.execute("ALTER FUNCTION queue.run_schedule_now(text) RENAME TO run_schedule_now_away")
     try:
         browser.get(servers["admin"].base + "/schedules")
-        browser.find_element(By.CSS_SELECTOR, "form[action='/action/run-now'] button").click()
-        wait_for(lambda: "ran web-nightly" in browser.page_source, "the run-now's confirmation")
-        assert conn.execute("SELECT count(*) FROM queue.tasks WHERE stage = 'web.cron'").fetchone() == (1,)
-        browser.get(servers["monitor"].base + "/schedules")
+        assert "web-nightly" in browser.page_source
         assert browser.find_elements(By.CSS_SELECTOR, "form[action='/action/run-now']") == []
     finally:
-        conn.execute("DROP FUNCTION queue.run_schedule_now(text)")
+        conn.execute("ALTER FUNCTION queue.run_schedule_now_away(text) RENAME TO run_schedule_now")
 
 
 def test_pause_and_resume_change_what_a_worker_takes(

@@ -26,9 +26,6 @@ CREATE TABLE queue.history_default PARTITION OF queue.history DEFAULT;
 
 CREATE INDEX history_id ON queue.history (id);
 CREATE INDEX history_stage_finished ON queue.history (stage, finished);
--- The failed runs only, for queue.errors and the dashboard's failures page: their cost follows
--- the fatal runs kept, not all of history. Only a fatal finish writes an entry.
-CREATE INDEX history_fatal ON queue.history (stage, finished) WHERE status = 'fatal';
 
 COMMENT ON TABLE queue.history IS 'Finished runs (done, fatal, cancelled), partitioned by finish time. A task that moved through stages or repeats has a row per finished run.';
 COMMENT ON TABLE queue.history_default IS 'Catches finished tasks no dated partition of queue.history covers.';

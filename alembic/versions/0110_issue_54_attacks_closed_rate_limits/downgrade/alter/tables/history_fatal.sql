@@ -1,1 +1,0 @@
-DROP INDEX IF EXISTS queue.history_fatal;

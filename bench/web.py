@@ -93,7 +93,7 @@ def pages(url: str, rounds: int) -> list[tuple[str, float, float]]:
         done_id = conn.execute("SELECT id FROM queue.history WHERE stage = 'stage-001' LIMIT 1").fetchone()[0]
         rows, cursor = ops.tasks(conn, "stage-001", ops.Filters())
     results = []
-    with TestClient(web.create_app(url)) as client:
+    with TestClient(web.create_app(url, allowed_hosts=("testserver",))) as client:
         for path in ("/", "/fragment/overview", "/fragment/chart", "/stage/stage-001", f"/stage/stage-001?before={cursor}",
                      "/stage/stage-001?status=error", "/stage/stage-001?status=scheduled", "/stage/stage-001?status=done",
                      "/stage/stage-001?status=fatal", "/stage/stage-001?error=timed+out", f"/task/{live_id}",
@@ -137,7 +137,7 @@ def throughput(url: str, workers: int, seconds: float, dashboard: bool) -> float
             from starlette.testclient import TestClient
 
             from skiplock import web
-            with TestClient(web.create_app(url)) as client:
+            with TestClient(web.create_app(url, allowed_hosts=("testserver",))) as client:
                 while time.monotonic() < stop_at:
                     client.get("/fragment/overview")
                     time.sleep(2)

@@ -115,9 +115,10 @@ class Shared(slots.Shared):
         super().__init__(args, url, "worker")
         self.argv = argv
         self.procs: dict[int, subprocess.Popen[bytes]] = {}   # slot index -> its running command
-        # A command's time limit: --timeout, else its task's stage's task_timeout, read per stage at
-        # most every TIMEOUT_READ seconds: stage -> (seconds or None, when read, time.monotonic()).
-        self.timeouts: dict[str, tuple[float | None, float]] = {}
+        # What a stage's settings tell a worker (queue.worker_settings), read per stage at most every
+        # TIMEOUT_READ seconds: stage -> (task_timeout in seconds or None, paused, when read,
+        # time.monotonic()). A command's time limit is --timeout, else its stage's task_timeout.
+        self.settings: dict[str, tuple[float | None, bool, float]] = {}
         self.maintains = not args.no_maintain                 # run queue.maintain() (slots.Maintainer)
 
     def kill_commands(self, sig: signal.Signals) -> int:
@@ -183,6 +184,11 @@ class Slot(slots.Slot[Shared]):
                                     raise
                             continue
                         return
+                    try:
+                        self.check_paused()
+                    except psycopg.Error as e:
+                        if not transient(e):
+                            raise
                     self.idle()
                     continue
                 recovered = False
@@ -205,29 +211,53 @@ class Slot(slots.Slot[Shared]):
                 self.conn.close()
 
     def read_timeout(self, stage: str) -> float | None:
-        """A task of this stage's time limit: --timeout, else the stage's task_timeout
-        (queue.task_timeout), read at most every TIMEOUT_READ seconds a stage, so that the takes
-        pay nothing for it."""
+        """A task of this stage's time limit: --timeout, else the stage's task_timeout."""
         sh = self.shared
         if sh.args.timeout is not None:
             return float(sh.args.timeout)
+        return self.read_settings(stage, taken=True)[0]
+
+    def read_settings(self, stage: str, taken: bool = False) -> tuple[float | None, bool]:
+        """The stage's task_timeout (seconds, or None) and whether it is paused, from
+        queue.worker_settings, read at most every TIMEOUT_READ seconds a stage so that the takes
+        pay nothing for it (and again at once when a task was `taken` from a stage last seen
+        paused). Logs the time limit when it changes, and one line when the stage is paused or
+        resumed. A passing error keeps what was known."""
+        sh = self.shared
         with sh.lock:
-            known = sh.timeouts.get(stage)
-            if known is not None and time.monotonic() < known[1] + TIMEOUT_READ:
-                return known[0]
+            known = sh.settings.get(stage)
+            if known is not None and time.monotonic() < known[2] + TIMEOUT_READ and not (taken and known[1]):
+                return known[0], known[1]
         try:
-            seconds = one(self.db.execute("SELECT extract(epoch FROM queue.task_timeout(%s))::float8", (stage,)))[0]
-        except psycopg.errors.UndefinedFunction:  # a database older than the setting
-            seconds = None
-        except psycopg.Error as e:  # the task is taken: a passing error keeps the last limit known
+            seconds, paused = one(self.db.execute(
+                "SELECT extract(epoch FROM s.task_timeout)::float8, s.paused FROM queue.worker_settings(%s) s", (stage,)))
+        except psycopg.errors.UndefinedFunction:  # a database older than worker_settings
+            try:
+                seconds, paused = one(self.db.execute("SELECT extract(epoch FROM queue.task_timeout(%s))::float8", (stage,)))[0], False
+            except psycopg.errors.UndefinedFunction:  # older than the time limit too
+                seconds, paused = None, False
+        except psycopg.Error as e:  # a passing error keeps the last settings known
             if not transient(e):
                 raise
-            return known[0] if known is not None else None
+            return (known[0], known[1]) if known is not None else (None, False)
         with sh.lock:
-            if (known is None or seconds != known[0]) and not sh.args.quiet:
-                sh.log(f"task timeout of {stage}: " + (f"{seconds:g} s (the stage's task_timeout)" if seconds else "none"))
-            sh.timeouts[stage] = (seconds, time.monotonic())
-        return seconds
+            if not sh.args.quiet:
+                if known is None or seconds != known[0]:
+                    sh.log(f"task timeout of {stage}: " + (f"{seconds:g} s (the stage's task_timeout)" if seconds else "none"))
+                if paused and (known is None or not known[1]):
+                    sh.log(f"stage {stage} is paused: its tasks wait until it is resumed (configure_stage(paused => false))")
+                elif not paused and known is not None and known[1]:
+                    sh.log(f"stage {stage} is resumed")
+            sh.settings[stage] = (seconds, bool(paused), time.monotonic())
+        return seconds, bool(paused)
+
+    def check_paused(self) -> None:
+        """Idle: read the settings of each stage served by name (not a prefix's, whose stages are
+        known only by their tasks) when TIMEOUT_READ has passed, so that the log says when one is
+        paused or resumed although no task of it comes."""
+        for stage in self.shared.args.stages:
+            if not stage.endswith("*"):
+                self.read_settings(stage)
 
     def take(self) -> Taken | None:
         a = self.shared.args

@@ -31,15 +31,12 @@ PAYLOAD_SHOWN = 20_000     # characters of a payload or result a page shows
 BULK_CHUNK = 500           # tasks one bulk transaction retries or cancels
 
 # The stages the login may not see: restricted ones (grant_stage) unless it is a member of a role
-# granted on them, or of skiplock_admin. Every read filters its stages with `NOT IN hidden`.
+# granted on them, or of skiplock_admin. The views leave their rows out themselves
+# (queue._hidden_stages); every read here filters its stages with `NOT IN hidden` as well, and a
+# page of a hidden stage says "No such stage" rather than showing it empty.
 HIDDEN = """
     hidden AS (
-        SELECT c.stage
-          FROM queue.stage_config c
-         WHERE c.restricted
-           AND NOT pg_catalog.pg_has_role(current_user, 'skiplock_admin', 'MEMBER')
-           AND NOT EXISTS (SELECT FROM pg_catalog.unnest(c.enqueue_roles || c.take_roles) AS r(role)
-                            WHERE pg_catalog.pg_has_role(current_user, r.role::oid, 'MEMBER')))
+        SELECT h.stage FROM pg_catalog.unnest(queue._hidden_stages()) AS h(stage))
 """
 
 
@@ -63,14 +60,16 @@ def overview(conn: psycopg.Connection) -> list[dict[str, Any]]:
     cur = conn.cursor(row_factory=dict_row)
     return cur.execute(f"""
         WITH {HIDDEN},
+        config AS MATERIALIZED (   -- read once (it probes every stage of the live tasks), not once a join
+            SELECT c.stage, c.paused, c.max_running, c.group_limit, c.restricted FROM queue.stage_config c),
         stages AS (
             SELECT st.stage, coalesce(c.paused, d.paused) AS paused, coalesce(c.max_running, d.max_running) AS max_running,
                    coalesce(c.group_limit, d.group_limit) AS group_limit, coalesce(c.restricted, false) AS restricted
-              FROM (SELECT c.stage FROM queue.stage_config c WHERE c.stage <> '*'
+              FROM (SELECT c.stage FROM config c WHERE c.stage <> '*'
                     UNION
                     SELECT h.stage FROM queue._history_stages() AS h(stage)) st
-              LEFT JOIN queue.stage_config c ON c.stage = st.stage
-              LEFT JOIN queue.stage_config d ON d.stage = '*'
+              LEFT JOIN config c ON c.stage = st.stage
+              LEFT JOIN config d ON d.stage = '*'
              WHERE st.stage NOT IN (SELECT x.stage FROM hidden x)),
         live AS (
             SELECT t.stage,

@@ -10,6 +10,7 @@ SELECT h.stage, pg_catalog.date_trunc('hour', h.finished) AS hour,
  -- A bound on the partition key itself (not on date_trunc of it) lets the executor skip every
  -- older partition; now() is fixed when the query starts, so this prunes at run time.
  WHERE h.finished >= pg_catalog.date_trunc('hour', pg_catalog.now()) - interval '7 days'
+   AND h.stage <> ALL ((SELECT queue._hidden_stages())::text[])  -- restricted stages the caller was not granted
  GROUP BY 1, 2;
 COMMENT ON VIEW queue.hourly IS 'Per stage and hour of finishing, over the last 7 days: runs finished (done, fatal, cancelled) and their total and average run time. Reads only those days'' history partitions; for older hours query queue.history by finished.';
 COMMENT ON COLUMN queue.hourly.stage IS 'Stage.';

@@ -11,11 +11,12 @@ WITH live AS (
                 ELSE pg_catalog.max(pg_catalog.now() - t.run_at) FILTER (WHERE t.run_at <= pg_catalog.now())
            END AS oldest_age
       FROM queue.live_tasks t
+     WHERE t.stage <> ALL ((SELECT queue._hidden_stages())::text[])  -- restricted stages the caller was not granted
      GROUP BY t.stage, t.status
 ), stages AS (
     SELECT l.stage FROM live l
     UNION
-    SELECT s.stage FROM queue._history_stages() AS s(stage)
+    SELECT s.stage FROM queue._history_stages() AS s(stage) WHERE s.stage <> ALL ((SELECT queue._hidden_stages())::text[])
 ), recent AS (
     SELECT h.stage, h.status, pg_catalog.count(*) AS finished
       FROM queue.history h

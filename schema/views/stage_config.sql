@@ -39,7 +39,8 @@ SELECT st.stage,
        CASE WHEN own.stage IS NULL THEN d.task_timeout ELSE own.task_timeout END AS task_timeout
   FROM stages st
   LEFT JOIN queue.stage_settings own ON own.stage = st.stage
-  LEFT JOIN queue.stage_settings d ON d.stage = '*';
+  LEFT JOIN queue.stage_settings d ON d.stage = '*'
+ WHERE st.stage <> ALL ((SELECT queue._hidden_stages())::text[]);  -- restricted stages the caller was not granted
 COMMENT ON VIEW queue.stage_config IS 'The settings in force for each stage (its own row, or the defaults of ''*''), and who may enqueue into and take from a restricted stage. Lists ''*'', configured stages, and those with tasks or schedules. Change with configure_stage, grant_stage.';
 COMMENT ON COLUMN queue.stage_config.stage IS 'Stage, or ''*'' for the defaults of every stage without a row of its own.';
 COMMENT ON COLUMN queue.stage_config.inherited IS 'true: the stage has no row of its own and follows ''*'' (changes to ''*'' apply to it); false: its own row, written by configure_stage or grant_stage.';

@@ -232,6 +232,8 @@ def test_bulk_retry_and_cancel_of_selected_tasks_on_a_stage_page(
 
 def test_run_now_runs_a_schedule_for_an_admin_and_is_not_offered_to_a_monitor(
         servers: dict[str, Server], browser: Any, conn: psycopg.Connection) -> None:
+    """queue.run_schedule_now ships in 0110: the admin gets the button and it runs the schedule; a
+    database without it (the function renamed away here, as in an older revision) gets none."""
     conn.execute("SELECT queue.schedule('web-nightly', '0 3 * * *', 'web.cron')")
     browser.get(servers["admin"].base + "/schedules")
     browser.find_element(By.CSS_SELECTOR, "form[action='/action/run-now'] button").click()
@@ -241,6 +243,13 @@ def test_run_now_runs_a_schedule_for_an_admin_and_is_not_offered_to_a_monitor(
     assert conn.execute("SELECT last_fired FROM queue.schedules WHERE name = 'web-nightly'").fetchone() == (None,)
     browser.get(servers["monitor"].base + "/schedules")
     assert browser.find_elements(By.CSS_SELECTOR, "form[action='/action/run-now']") == []
+    conn.execute("ALTER FUNCTION queue.run_schedule_now(text) RENAME TO run_schedule_now_away")
+    try:  # a database without the function: no button
+        browser.get(servers["admin"].base + "/schedules")
+        assert "web-nightly" in browser.page_source
+        assert browser.find_elements(By.CSS_SELECTOR, "form[action='/action/run-now']") == []
+    finally:
+        conn.execute("ALTER FUNCTION queue.run_schedule_now_away(text) RENAME TO run_schedule_now")
 
 
 def test_pause_and_resume_change_what_a_worker_takes(

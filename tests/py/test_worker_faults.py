@@ -237,6 +237,26 @@ def test_the_stages_task_timeout_kills_a_hung_command(url: str, conn: psycopg.Co
     assert "task timeout of wf.stagelimit: 1 s (the stage's task_timeout)" in err, err
 
 
+def test_the_log_says_when_a_stage_is_paused_and_resumed(url: str, conn: psycopg.Connection, tmp_path: Path) -> None:
+    """A worker role cannot read stage_config: the worker reads queue.worker_settings and logs one
+    line when its stage is paused (while idle: no task of it comes) and one when it is resumed."""
+    conn.execute("SELECT queue.configure_stage('wf.paused', paused => true)")
+    enqueue(conn, "wf.paused", 1)
+    log = tmp_path / "worker.log"
+    with log.open("w") as out:
+        proc = worker(url, "wf.paused", "--no-maintain", "--poll", "0.2", "--", "true", stderr=out)
+        try:
+            wait_for(lambda: "stage wf.paused is paused" in log.read_text())
+            assert counts(conn, "wf.paused") == {"ready": 1}
+            conn.execute("SELECT queue.configure_stage('wf.paused', paused => false)")
+            wait_for(lambda: counts(conn, "wf.paused") == {"done": 1})
+            wait_for(lambda: "stage wf.paused is resumed" in log.read_text())
+        finally:
+            stop(proc) if proc.poll() is None else proc.wait()
+    text = log.read_text()
+    assert text.count("stage wf.paused is paused") == 1 and text.count("stage wf.paused is resumed") == 1, text
+
+
 def test_sigterm_to_the_whole_group_hands_the_tasks_back(url: str, conn: psycopg.Connection, tmp_path: Path) -> None:
     """systemd's KillMode=control-group: SIGTERM reaches the worker and its commands at once.
     The tasks go back (release, attempt not counted) as on a stop of the worker; not failed."""

@@ -50,7 +50,8 @@ SELECT set_eq(
         'queue.take_next(text,integer,interval,text)',
         'queue.take_next(text[],integer,interval,text)',
         'queue.task_timeout(text)',
-        'queue.unschedule(text)'
+        'queue.unschedule(text)',
+        'queue.worker_settings(text)'
     ],
     'the public functions of schema queue are exactly the documented API, with these signatures'
 );
@@ -207,8 +208,8 @@ SELECT is_empty(
          -- admins run their own SQL tasks too (member of skiplock_sql)
          AND NOT (r.rolname = 'skiplock_admin' AND p.proname ~ '^_sql_')
          -- the views metrics and stage_config call these, and a view's functions run with its reader's rights
-         AND NOT (r.rolname IN ('skiplock_monitor', 'skiplock_admin') AND p.proname IN ('_history_stages', '_live_stages'))$$,
-    'no application role may execute a _ helper but admins the SQL executor''s _sql_*, and the readers of metrics and stage_config _history_stages and _live_stages (listed: role and helper)'
+         AND NOT (r.rolname IN ('skiplock_monitor', 'skiplock_admin') AND p.proname IN ('_hidden_stages', '_history_stages', '_live_stages'))$$,
+    'no application role may execute a _ helper but admins the SQL executor''s _sql_*, and the readers of the views _hidden_stages, _history_stages and _live_stages (listed: role and helper)'
 );
 
 SELECT set_eq(
@@ -242,8 +243,9 @@ SELECT set_eq(
           'queue.consume(text[],integer)',
           'queue.drain(text,integer)',
           'queue.task_timeout(text)',
+          'queue.worker_settings(text)',
           'queue.maintain_now()'],
-    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail, release, finish_and_take, take_locked, finish_locked, fail_locked, consume, drain, task_timeout and maintain_now and nothing else'
+    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail, release, finish_and_take, take_locked, finish_locked, fail_locked, consume, drain, task_timeout, worker_settings and maintain_now and nothing else'
 );
 
 SELECT is_empty(
@@ -251,8 +253,8 @@ SELECT is_empty(
         FROM pg_catalog.pg_proc p
        WHERE p.pronamespace = 'queue'::regnamespace
          AND pg_catalog.has_function_privilege('skiplock_monitor', p.oid, 'EXECUTE')
-         AND p.proname NOT IN ('_history_stages', '_live_stages')  -- what its views call$$,
-    'skiplock_monitor may execute no function of queue but the two its views call (_history_stages, _live_stages)'
+         AND p.proname NOT IN ('_hidden_stages', '_history_stages', '_live_stages')  -- what its views call$$,
+    'skiplock_monitor may execute no function of queue but the three its views call (_hidden_stages, _history_stages, _live_stages)'
 );
 
 SELECT set_eq(
@@ -274,10 +276,10 @@ SELECT set_eq(
     $$SELECT p.oid::regprocedure::text
         FROM pg_catalog.pg_proc p
        WHERE p.pronamespace = 'queue'::regnamespace
-         AND (p.proname !~ '^_' OR p.proname ~ '^_sql_' OR p.proname IN ('_history_stages', '_live_stages'))
+         AND (p.proname !~ '^_' OR p.proname ~ '^_sql_' OR p.proname IN ('_hidden_stages', '_history_stages', '_live_stages'))
          -- distribute() is the superuser's (Citus's own functions need a table's owner).
          AND p.proname <> 'distribute'$$,
-    'skiplock_admin may execute every public function but distribute and no helper but the SQL executor''s (_sql_*, as a member of skiplock_sql) and the two its views call'
+    'skiplock_admin may execute every public function but distribute and no helper but the SQL executor''s (_sql_*, as a member of skiplock_sql) and the three its views call'
 );
 
 SELECT is_empty(

@@ -2,7 +2,7 @@
 -- settings, its own or the defaults it inherits, and who may use a restricted stage; reading it
 -- writes nothing (configure_stage(stage) alone writes the stage a row of its own).
 BEGIN;
-SELECT plan(8);
+SELECT plan(9);
 
 SELECT queue.enqueue('{}', 'sc.plain');
 SELECT queue.configure_stage('sc.paused', paused => true, max_running => 3);
@@ -17,9 +17,13 @@ SELECT results_eq($$SELECT inherited, paused, max_running, max_attempts, restric
 SELECT results_eq($$SELECT inherited, paused, max_running FROM queue.stage_config WHERE stage = 'sc.paused'$$,
                   $$VALUES (false, true, 3)$$,
                   'a paused stage shows paused and its cap, from its own row');
+SELECT is((SELECT count(*) FROM queue.stage_config WHERE stage = 'sc.tenant'), 0::bigint,
+          'a restricted stage is not listed to a monitor granted no right on it');
+SET LOCAL ROLE skiplock_admin;
 SELECT results_eq($$SELECT restricted, enqueue_roles::text[], take_roles::text[] FROM queue.stage_config WHERE stage = 'sc.tenant'$$,
                   $$VALUES (true, ARRAY['skiplock_producer'], ARRAY['skiplock_worker'])$$,
                   'a restricted stage lists the roles that may enqueue and those that may take');
+SET LOCAL ROLE skiplock_monitor;
 SELECT results_eq($$SELECT inherited, max_attempts FROM queue.stage_config WHERE stage = '*'$$,
                   $$VALUES (false, 7)$$, 'the defaults row ''*'' is listed');
 RESET ROLE;

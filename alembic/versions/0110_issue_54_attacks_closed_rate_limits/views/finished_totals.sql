@@ -6,10 +6,12 @@ CREATE OR REPLACE VIEW queue.finished_totals AS
 SELECT f.stage, f.status::text AS status, pg_catalog.sum(f.runs)::bigint AS total
   FROM (SELECT h.stage, h.status, pg_catalog.count(*) AS runs
           FROM queue.history h
+         WHERE h.stage <> ALL ((SELECT queue._hidden_stages())::text[])  -- restricted stages the caller was not granted
          GROUP BY h.stage, h.status
         UNION ALL
         SELECT d.stage, d.status, d.total
-          FROM queue.finished_dropped d) f
+          FROM queue.finished_dropped d
+         WHERE d.stage <> ALL ((SELECT queue._hidden_stages())::text[])) f
  GROUP BY f.stage, f.status;
 COMMENT ON VIEW queue.finished_totals IS 'Runs finished since install per stage and final status (done, fatal, cancelled): retained history plus what rotation and retry took out of it. Only grows: a Prometheus counter. Reads all of history.';
 COMMENT ON COLUMN queue.finished_totals.stage IS 'Stage.';

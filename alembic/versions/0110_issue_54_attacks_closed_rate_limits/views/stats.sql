@@ -5,10 +5,12 @@ SELECT t.stage, t.status::text::queue.task_status AS status, pg_catalog.count(*)
        pg_catalog.min(t.run_at) AS next_run_at,
        pg_catalog.count(*) FILTER (WHERE t.status = 'running' AND t.lease_expires < pg_catalog.now()) AS lease_expired
   FROM queue.live_tasks t
+ WHERE t.stage <> ALL ((SELECT queue._hidden_stages())::text[])  -- restricted stages the caller was not granted
  GROUP BY t.stage, t.status
 UNION ALL
 SELECT h.stage, h.status, pg_catalog.count(*), 0, pg_catalog.now() - pg_catalog.min(h.created), NULL, 0
   FROM queue.history h
+ WHERE h.stage <> ALL ((SELECT queue._hidden_stages())::text[])
  GROUP BY h.stage, h.status;
 COMMENT ON VIEW queue.stats IS 'Tasks per stage and status: count, how many are due, age of the oldest, next planned run, running tasks whose lease expired. Final statuses count the retained history.';
 COMMENT ON COLUMN queue.stats.stage IS 'Stage.';

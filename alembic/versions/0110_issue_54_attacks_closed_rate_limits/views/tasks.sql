@@ -1,15 +1,19 @@
 CREATE OR REPLACE VIEW queue.tasks AS
-SELECT t.id, t.stage, t.status::text::queue.task_status AS status, t.priority, t.payload, t.key, t.attempt, t.run_at, t.error_text,
-       t.created, t.updated, t.started, NULL::timestamptz AS finished, t.worker, t.lease_expires,
-       t.group_key, t.repeat, t.run_as, NULL::jsonb AS result, t.progress,
-       CASE WHEN t.waits > 0 THEN ARRAY(SELECT d.after FROM queue.dependencies d WHERE d.task = t.id ORDER BY d.after)
-       END AS waits_for
-  FROM queue.live_tasks t
-UNION ALL
-SELECT h.id, h.stage, h.status, h.priority, h.payload, h.key, h.attempt, h.run_at, h.error_text,
-       h.created, h.finished AS updated, h.started, h.finished, h.worker, NULL::timestamptz AS lease_expires,
-       h.group_key, NULL::interval AS repeat, h.run_as, h.result, NULL::jsonb AS progress, NULL::bigint[] AS waits_for
-  FROM queue.history h;
+SELECT u.*
+  FROM (
+    SELECT t.id, t.stage, t.status::text::queue.task_status AS status, t.priority, t.payload, t.key, t.attempt, t.run_at, t.error_text,
+           t.created, t.updated, t.started, NULL::timestamptz AS finished, t.worker, t.lease_expires,
+           t.group_key, t.repeat, t.run_as, NULL::jsonb AS result, t.progress,
+           CASE WHEN t.waits > 0 THEN ARRAY(SELECT d.after FROM queue.dependencies d WHERE d.task = t.id ORDER BY d.after)
+           END AS waits_for
+      FROM queue.live_tasks t
+    UNION ALL
+    SELECT h.id, h.stage, h.status, h.priority, h.payload, h.key, h.attempt, h.run_at, h.error_text,
+           h.created, h.finished AS updated, h.started, h.finished, h.worker, NULL::timestamptz AS lease_expires,
+           h.group_key, NULL::interval AS repeat, h.run_as, h.result, NULL::jsonb AS progress, NULL::bigint[] AS waits_for
+      FROM queue.history h) u
+-- Restricted stages the caller was not granted: one init plan, applied to both arms of the union.
+ WHERE u.stage <> ALL ((SELECT queue._hidden_stages())::text[]);
 COMMENT ON VIEW queue.tasks IS 'Every task, live (queue.live_tasks) or finished (queue.history): look one up by id. A task that moved through stages has a finished row per stage it completed; a periodic task has a finished row per run and one live row for its next run.';
 COMMENT ON COLUMN queue.tasks.id IS 'Task id.';
 COMMENT ON COLUMN queue.tasks.stage IS 'Stage of this row.';

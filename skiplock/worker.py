@@ -657,6 +657,7 @@ class Worker:
                     self._count("snoozed", ok)
                 else:
                     error, fatal, retry_in = _failure(value)
+                    error = storable(error)  # as stored; a lone surrogate would also break a log handler's encoding
                     log.warning("task %s (%s, attempt %s) failed%s: %s", task.id, task.stage, task.attempt,
                                 " for good" if fatal else "", error, extra={**extra, "error": error, "fatal": fatal})
                     ok = self._fail(db, task, error, fatal, retry_in, holds)

@@ -372,6 +372,107 @@ def test_npm_package_carries_one_trace_from_enqueue_to_finish(url: str, tmp_path
     assert out["attributes"] == {"skiplock.stage": "npm.traced", "skiplock.task_id": out["id"], "skiplock.attempt": 1}, out
 
 
+@pytest.fixture(scope="module")
+def npm_app(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty project with the `npm pack` tarball of clients/node installed; its folder."""
+    for tool in ("node", "npm"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} not found: the Node package's test needs Node.js >= 18 and npm", pytrace=False)
+    tmp = tmp_path_factory.mktemp("npm")
+    packed = subprocess.run(["npm", "pack", "--pack-destination", str(tmp), "--json"], cwd=NODE_DIR,
+                            capture_output=True, text=True, timeout=300)
+    assert packed.returncode == 0, packed.stderr
+    project = tmp / "app"
+    project.mkdir()
+    (project / "package.json").write_text('{"name": "app", "version": "1.0.0", "private": true}\n')
+    install = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefer-offline",
+                              str(tmp / json.loads(packed.stdout)[0]["filename"])],
+                             cwd=project, capture_output=True, text=True, timeout=600)
+    assert install.returncode == 0, install.stdout + install.stderr
+    return project
+
+
+def run_node(project: Path, name: str, source: str, url: str) -> subprocess.CompletedProcess:
+    (project / name).write_text(textwrap.dedent(source))
+    return subprocess.run(["node", name], cwd=project, env=dict(os.environ, DATABASE_URL=as_uri(url)),
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_npm_package_runs_concurrency_handlers_at_once_each_heartbeated(npm_app: Path, url: str) -> None:
+    """concurrency: 4: four handlers of one batch wait for each other (each fails after 60 s
+    otherwise), then outlive their 6 s lease by half again: every lease is still ahead (heartbeated)."""
+    proc = run_node(npm_app, "concurrent.js", """
+        const { Client } = require('pg');
+        const { Worker, enqueue } = require('skiplock');
+        const url = process.env.DATABASE_URL;
+        (async () => {
+          await enqueue(url, 'npm.wide', [{ n: 0 }, { n: 1 }, { n: 2 }, { n: 3 }]);
+          let arrived = 0;
+          let everyone;
+          const together = new Promise((resolve) => { everyone = resolve; });
+          const ahead = [];
+          const worker = new Worker({ url, concurrency: 4, batch: 4, lease: 6, idleWait: 0.2, maintainEvery: 0, handlers: {
+            'npm.wide': async (task) => {
+              arrived += 1;
+              if (arrived === 4) everyone();
+              await Promise.race([together, new Promise((_, reject) => setTimeout(() => reject(new Error('alone')), 60000))]);
+              await new Promise((resolve) => setTimeout(resolve, 9000));
+              const c = new Client({ connectionString: url });
+              await c.connect();
+              const { rows } = await c.query('SELECT lease_expires > now() AS ahead FROM queue.tasks WHERE id = $1', [task.id]);
+              await c.end();
+              ahead.push(rows[0].ahead);
+              return { n: task.payload.n };
+            },
+          } });
+          const timer = setInterval(() => { if (worker.counters.finished + worker.counters.failed >= 4) worker.stop(); }, 50);
+          const counters = await worker.run();
+          clearInterval(timer);
+          console.log(JSON.stringify({ finished: counters.finished, failed: counters.failed, ahead }));
+        })().catch((err) => { console.error(err); process.exit(1); });
+    """, url)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"finished": 4, "failed": 0, "ahead": [True] * 4}, proc.stderr
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT status::text, attempt, result FROM queue.tasks WHERE stage = 'npm.wide'"
+                            " ORDER BY id").fetchall() == [("done", 1, {"n": n}) for n in range(4)]
+
+
+def test_npm_package_transactional_mode_commits_a_handlers_writes_with_the_finish(npm_app: Path, url: str) -> None:
+    """transactional: true: the row a handler writes through task.client commits with finish_locked;
+    the write of a handler that throws, or whose statement fails (the transaction's other tasks
+    go on), is rolled back to the task's savepoint and the attempt failed."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE npm_orders (n int PRIMARY KEY)")
+        conn.execute("GRANT ALL ON npm_orders TO PUBLIC")
+        conn.execute("SELECT queue.configure_stage('npm.tx', max_attempts => 1)")
+        ids = [r[0] for r in conn.execute("SELECT queue.enqueue_batch(ARRAY['{\"n\": 1}', '{\"n\": 2}', '{\"n\": 1}',"
+                                          " '{\"n\": 3}']::jsonb[], stage => 'npm.tx')")]
+    proc = run_node(npm_app, "transactional.js", """
+        const { Worker, Fail } = require('skiplock');
+        (async () => {
+          const worker = new Worker({ url: process.env.DATABASE_URL, transactional: true, idleWait: 0.2, maintainEvery: 0,
+                                      handlers: { 'npm.tx': async (task) => {
+            await task.client.query('INSERT INTO npm_orders VALUES ($1)', [task.payload.n]);  // n = 1 twice: 23505
+            if (task.payload.n === 2) throw new Fail('card declined');
+            return { ordered: task.payload.n };
+          } } });
+          const timer = setInterval(() => { if (worker.counters.taken >= 4) worker.stop(); }, 50);
+          console.log(JSON.stringify(await worker.run()));
+          clearInterval(timer);
+        })().catch((err) => { console.error(err); process.exit(1); });
+    """, url)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1])["finished"] == 2, proc.stdout + proc.stderr
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT n FROM npm_orders ORDER BY n").fetchall() == [(1,), (3,)]
+        rows = conn.execute("SELECT status::text, result, error_text FROM queue.tasks WHERE id = ANY(%s) ORDER BY id",
+                            (ids,)).fetchall()
+    assert rows[:2] == [("done", {"ordered": 1}, None), ("fatal", None, "card declined")], rows
+    assert rows[2][:2] == ("fatal", None) and "duplicate key" in rows[2][2], rows
+    assert rows[3] == ("done", {"ordered": 3}, None), rows
+
+
 @pytest.mark.parametrize("language", ["python", "node"])
 def test_client_script_takes_a_list_of_stages(language: str, url: str, request: pytest.FixtureRequest) -> None:
     """STAGE=a,b (issue 50 item 4): the Python and Node worker scripts drain both stages, each task

@@ -167,6 +167,63 @@ def test_installed_library_runs_async_handlers_together(installed: Path, url: st
     assert json.loads(proc.stdout.splitlines()[-1]) == {"finished": 20, "failed": 0}, (proc.stdout, proc.stderr)
 
 
+def test_installed_async_worker_runs_handlers_on_the_callers_loop_and_cancels_one_at_shutdown(
+        installed: Path, url: str, tmp_path: Path) -> None:
+    """AsyncWorker, `await worker.run()`: twenty async handlers wait for each other on the caller's
+    event loop (each fails after 60 s otherwise); a twenty-first that never ends is cancelled once
+    shutdown_timeout passes after the stop, and its task released (ready, the attempt not counted)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        forever = conn.execute("SELECT queue.enqueue('{}', stage => 'aw.forever')").fetchone()[0]
+    proc = run_program(installed, """
+        import asyncio, json, os
+        import psycopg
+        from skiplock.worker import AsyncWorker
+        url = os.environ["DATABASE_URL"]
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[20]), stage => 'aw.wait')")
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            worker = AsyncWorker(url, concurrency=21, batch=21, idle_wait=0.2, maintain_every=0, shutdown_timeout=1)
+            everyone, started = asyncio.Event(), asyncio.Event()
+            arrived, on_loop, cancelled = [], [], []
+
+            @worker.handler("aw.wait")
+            async def wait_for_all(task):
+                on_loop.append(asyncio.get_running_loop() is loop)
+                arrived.append(task.id)
+                if len(arrived) == 20:
+                    everyone.set()
+                await asyncio.wait_for(everyone.wait(), 60)
+                return {"arrived": len(arrived)}
+
+            @worker.handler("aw.forever")
+            async def never_ends(task):
+                started.set()
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    cancelled.append(task.id)
+                    raise
+
+            counters = await worker.run(should_stop=lambda: worker.counters.finished >= 20 and started.is_set())
+            for _ in range(600):   # the cancellation reaches the coroutine on the loop's next turn
+                if cancelled:
+                    break
+                await asyncio.sleep(0.1)
+            print(json.dumps({"finished": counters.finished, "failed": counters.failed, "on_loop": all(on_loop),
+                              "cancelled": cancelled}))
+
+        asyncio.run(main())
+    """, url, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out == {"finished": 20, "failed": 0, "on_loop": True, "cancelled": [forever]}, (out, proc.stderr)
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT status::text, attempt FROM queue.tasks WHERE id = %s", (forever,)).fetchone() == ("ready", 0)
+        assert conn.execute("SELECT count(*) FROM queue.tasks WHERE stage = 'aw.wait' AND status = 'done'").fetchone() == (20,)
+
+
 def test_installed_library_transactional_mode_commits_a_handlers_writes_with_the_finish(installed: Path, url: str,
                                                                                          tmp_path: Path) -> None:
     """transactional=True: the row a handler writes through task.conn commits with finish_locked;

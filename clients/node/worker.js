@@ -680,7 +680,7 @@ async function main() {
     maintainEvery: setting(env, 'MAINTAIN_EVERY', Math.min(10, setting(env, 'LEASE', 60, { min: Number.MIN_VALUE }) / 3), { min: 0 }),
     taskTimeout: env.TASK_TIMEOUT ? setting(env, 'TASK_TIMEOUT', 0, { min: Number.MIN_VALUE }) : null,
     shutdownTimeout: setting(env, 'SHUTDOWN_TIMEOUT', 20, { min: 0 }),
-    concurrency: setting(env, 'CONCURRENCY', 1, { integer: true, min: 1, max: 10000 }),
+    concurrency: setting(env, 'CONCURRENCY', 1, { integer: true, min: 1, max: 1000 }),
   });
   process.on('SIGTERM', () => worker.stop());
   process.on('SIGINT', () => worker.stop());

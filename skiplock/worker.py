@@ -33,9 +33,12 @@ handler whose writes must commit with the task's end. Every failure is logged on
 "skiplock.worker" with extra={"task_id", "stage", "attempt", "error"}.
 
 Async handlers (`async def`) run on one event loop thread of the worker, so `concurrency` of them
-wait at once at the cost of one thread each only while they run; past its time limit an async
-handler is cancelled. The loop itself stays this one (threads, psycopg's sync connections): an
-asyncio loop on psycopg's AsyncConnection would be a second copy of every rule above.
+wait at once at the cost of one thread each only while they run; past its time limit, or past
+shutdown_timeout after stop(), an async handler is cancelled. In an asyncio application,
+AsyncWorker (same arguments and handlers) is `await worker.run()`: the same loop in an executor
+thread, the async handlers on the caller's event loop. The loop itself stays this one (threads,
+psycopg's sync connections): an asyncio loop on psycopg's AsyncConnection would be a second copy
+of every rule above.
 """
 
 from __future__ import annotations
@@ -412,6 +415,7 @@ class Worker:
         self._pool: _queue.SimpleQueue[_Db] = _queue.SimpleQueue()
         self._timeouts: dict[str, float | None] = {}
         self._loop: asyncio.AbstractEventLoop | None = None   # async handlers run here
+        self._own_loop = True   # the worker started _loop (AsyncWorker: the caller's loop)
         self._futures: dict[int, concurrent.futures.Future] = {}
 
     @property
@@ -487,7 +491,7 @@ class Worker:
             db.close()
             while not self._pool.empty():
                 self._pool.get().close()
-            if self._loop is not None:
+            if self._loop is not None and self._own_loop:
                 self._loop.call_soon_threadsafe(self._loop.stop)
         return self.counters
 
@@ -695,6 +699,9 @@ class Worker:
             left = list(self._running.values())
         for task, _ in left:
             self._heartbeat.done(task.id)   # its result, if it comes, is dropped
+            future = self._futures.get(task.id)
+            if future is not None:   # an async handler is cancelled; a thread cannot be
+                future.cancel()
             try:
                 db.query("SELECT queue.release(id => %s, lease => %s, stage => %s)", (task.id, task.lease, task.stage),
                          holds=lambda: False)
@@ -752,6 +759,35 @@ class Worker:
             self._halt.wait(BACKOFF_FIRST)
             return True
         return bool(rows)
+
+
+class AsyncWorker(Worker):
+    """The same worker for an asyncio application: `await worker.run()`. The one loop above runs in
+    a thread of the default executor, its SQL on its own psycopg connections; async handlers run on
+    the caller's event loop (so they share its resources), `concurrency` of them at once, and are
+    cancelled past task_timeout or past shutdown_timeout after stop(); sync handlers run in threads
+    as in Worker. Cancelling run() stops the worker as stop() does, then cancels run() itself once
+    the loop has ended."""
+
+    async def run(self, should_stop: Callable[[], bool] = lambda: False,  # type: ignore[override]
+                  install_signals: bool = False) -> Counters:
+        """Work until stop(), should_stop(), cancellation or (install_signals) SIGTERM/SIGINT."""
+        loop = asyncio.get_running_loop()
+        self._loop, self._own_loop = loop, False
+        if install_signals:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, self.stop)
+        working = loop.run_in_executor(None, functools.partial(Worker.run, self, should_stop))
+        try:
+            return await asyncio.shield(working)
+        except asyncio.CancelledError:
+            self.stop()
+            await working
+            raise
+        finally:
+            if install_signals:
+                for signum in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(signum)
 
 
 def _outcome(value: Any) -> tuple[str | None, Any]:

@@ -3,13 +3,22 @@
 /** JSON as PostgreSQL's jsonb holds it. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
-/** A task in hand, as queue.take_next returned it. */
+/** The part of a node-postgres client a transactional handler needs (a pg Client at run time). */
+export interface TransactionClient {
+  query(text: string, values?: unknown[]): Promise<{ rows: any[]; rowCount: number | null }>;
+}
+
+/** A task in hand, as queue.take_next (or take_locked, in transactional mode) returned it. */
 export interface Task<P = any> {
   id: string;            // a bigint: node-postgres gives it as a string
   payload: P;
   attempt: number;
-  lease: string;
+  /** The lease; absent in transactional mode. */
+  lease?: string;
   stage: string;
+  /** Transactional mode: the client of the batch's transaction, for writes that commit with the
+   * task's finish_locked or roll back (to a savepoint) before its fail_locked. */
+  client?: TransactionClient;
   /** Store value as the task's progress (queue.heartbeat(progress => …)); false once the lease is lost. */
   progress(value: Json): Promise<boolean>;
 }
@@ -47,6 +56,11 @@ export interface WorkerOptions {
   taskTimeout?: number | null;
   /** After stop(), seconds before the batch's tasks not yet started are released (20; null: never). */
   shutdownTimeout?: number | null;
+  /** Handlers of a batch run at once, each task's lease heartbeated (1); batch should be at least this. */
+  concurrency?: number;
+  /** Run each batch in one transaction: take_locked, each handler in a savepoint with task.client,
+   * finish_locked / fail_locked, one commit (false). One handler at a time, no lease: short tasks. */
+  transactional?: boolean;
 }
 
 export interface Counters {

@@ -10,7 +10,12 @@
 // new Outcome({ nextStage, result }) moves it on to another stage; task.progress(value) stores its
 // progress (queue.heartbeat(progress => …)). stop() lets the batch in hand finish for at most
 // shutdownTimeout seconds (SHUTDOWN_TIMEOUT, 20); the tasks of the batch not started by then are
-// released (back at once, the attempt not counted).
+// released (back at once, the attempt not counted). Option concurrency (CONCURRENCY, 1) runs that
+// many handlers of a batch at once (each task's lease heartbeated); batch should be at least as
+// large. Option transactional: true runs each batch in one transaction instead (take_locked; each
+// handler in a savepoint, given task.client, that transaction's client, for writes that must
+// commit with the task's finish_locked, or roll back before its fail_locked; one at a time, no
+// lease: for short tasks).
 //
 // The loop: take a batch (queue.take_next), run handle() per task, then queue.finish or
 // queue.fail with the task's lease. A timer heartbeats the tasks in hand every LEASE/3 seconds
@@ -51,8 +56,8 @@
 //
 // Settings (environment): DATABASE_URL, STAGE (default), BATCH (10, 1 to 10000), LEASE seconds
 // (60), IDLE_WAIT seconds (5), MAINTAIN_EVERY seconds (10, or LEASE/3 if shorter; 0: off),
-// TASK_TIMEOUT seconds (none), SKIPLOCK_POOLER (none, session or transaction). A bad value prints
-// a message and exits 2.
+// TASK_TIMEOUT seconds (none), CONCURRENCY (1), SKIPLOCK_POOLER (none, session or transaction).
+// A bad value prints a message and exits 2.
 
 const os = require('node:os');
 const { Client, DatabaseError } = require('pg');
@@ -159,7 +164,8 @@ async function handle(task) {
 class Worker {
   constructor({ url, stage = 'default', stages = null, handlers = null, batch = 10, lease = 60, idleWait = 5,
                 handler = handle, name = `${os.hostname()}:${process.pid}`, listen = true, prepare = listen,
-                maintainEvery = Math.min(10, lease / 3), taskTimeout = null, shutdownTimeout = 20 }) {
+                maintainEvery = Math.min(10, lease / 3), taskTimeout = null, shutdownTimeout = 20, concurrency = 1,
+                transactional = false }) {
     stages = stages || (handlers ? Object.keys(handlers) : [stage]);
     if (!Array.isArray(stages) || stages.length === 0 || !stages.every((s) => typeof s === 'string' && s)) {
       throw new RangeError(`stages: ${JSON.stringify(stages)}: expected a non-empty array of stage names`);
@@ -167,8 +173,10 @@ class Worker {
     if (!Number.isInteger(batch) || batch < 1 || batch > 10000) throw new RangeError(`batch: ${batch}: expected an integer from 1 to 10000`);
     if (!Number.isFinite(lease) || lease <= 0) throw new RangeError(`lease: ${lease}: expected seconds > 0`);
     if (!Number.isFinite(idleWait) || idleWait <= 0) throw new RangeError(`idleWait: ${idleWait}: expected seconds > 0`);
+    if (!Number.isInteger(concurrency) || concurrency < 1) throw new RangeError(`concurrency: ${concurrency}: expected an integer >= 1`);
     Object.assign(this, { url, stages, stage: stages[0], handlers: handlers || {}, batch, lease, idleWait, handler, name,
-                          listens: listen, prepares: prepare, maintainEvery, taskTimeout, shutdownTimeout });
+                          listens: listen, prepares: prepare, maintainEvery, taskTimeout, shutdownTimeout, concurrency,
+                          transactional: Boolean(transactional) });
     this.multi = stages.length > 1 || stages[0].endsWith('*');
     this.timeouts = new Map(); // stage -> its task_timeout in seconds (or null), read once
     this.expires = new Map(); // id -> when its lease runs out (Date.now()), renewed by each heartbeat
@@ -225,6 +233,17 @@ class Worker {
     }
   }
 
+  // The promise of the main client, connecting (with retries) when there is none.
+  mainClient() {
+    if (this.ended) throw new Unreachable('the worker has stopped');
+    if (this.db === null) {
+      const connecting = this.connect('main');
+      this.db = connecting;
+      connecting.catch(() => { if (this.db === connecting) this.db = null; });
+    }
+    return this.db;
+  }
+
   // db.query that survives a lost connection: reconnect, then the same statement again (a lease
   // stays valid meanwhile). Heartbeats and the loop share the client, and its reconnection.
   // An error that passes by waiting (transient()) is tried again after a backoff while holds()
@@ -232,13 +251,7 @@ class Worker {
   async query(text, values, holds = () => !this.stopping) {
     let delay = BACKOFF_FIRST;
     for (;;) {
-      if (this.ended) throw new Unreachable('the worker has stopped');
-      if (this.db === null) {
-        const connecting = this.connect('main');
-        this.db = connecting;
-        connecting.catch(() => { if (this.db === connecting) this.db = null; });
-      }
-      const current = this.db;
+      const current = this.mainClient();
       const client = await current;
       try {
         return await client.query(this.prepares ? { name: this.statementName(text), text, values } : { text, values });
@@ -337,7 +350,7 @@ class Worker {
     try {
       while (!this.stopping) {
         this.notified = false;
-        if (await this.runBatch()) continue;
+        if (await (this.transactional ? this.runLockedBatch() : this.runBatch())) continue;
         if (this.notified || this.stopping) continue;
         await new Promise((resolve) => {
           const timer = setTimeout(resolve, this.idleWait * 1000);
@@ -448,98 +461,190 @@ class Worker {
       this.expires.set(row.id, taken + this.lease * 1000);
       row.progress = (value) => this.beatOne(row.id, value);
     }
-    for (const task of rows) {
-      this.counters.taken += 1;
-      if (this.shutdownExpired) {  // stopping past shutdownTimeout: back at once, not run
-        try {
-          await this.query('SELECT queue.release(id => $1, lease => $2, stage => $3)', [task.id, task.lease, task.stage],
-                           () => false);
-          console.error(`released ${task.id}: the worker is stopping past its shutdown timeout`);
-        } catch (err) {
-          console.error(`task ${task.id} not released (${err.message}): its lease runs out`);
-        }
-        this.held.delete(task.id);
-        continue;
-      }
-      const taskTimeout = await this.stageTimeout(task.stage);
-      const handler = this.handlerFor(task.stage);
-      let returned;
-      let error = null;
-      let fatal = false;
-      let snooze = null;
-      let timer = null;
-      const { span, ctx } = taskSpan(task);
+    // `concurrency` lanes, each running the batch's next task until none is left; the heartbeat
+    // timer extends the leases of all of them meanwhile.
+    let next = 0;
+    const lane = async () => {
+      while (next < rows.length) await this.runTask(rows[next++]);
+    };
+    const lanes = [];
+    for (let i = 0; i < Math.min(this.concurrency, rows.length); i += 1) lanes.push(lane());
+    const settled = await Promise.allSettled(lanes);
+    const failed = settled.find((s) => s.status === 'rejected');
+    if (failed) throw failed.reason;
+    return rows.length;
+  }
+
+  // One task of a batch: its handler (within the task's time limit), then queue.finish, fail or
+  // release with its lease.
+  async runTask(task) {
+    this.counters.taken += 1;
+    if (this.shutdownExpired) {  // stopping past shutdownTimeout: back at once, not run
       try {
-        const run = Promise.resolve().then(() => (ctx ? otel.context.with(ctx, () => handler(task)) : handler(task)));
-        if (taskTimeout) {
-          const limit = new Promise((_, reject) => {
-            timer = setTimeout(() => reject(new Fail(`timed out after ${taskTimeout} s (TASK_TIMEOUT)`)),
-                               taskTimeout * 1000);
-          });
-          run.catch(() => {});
-          returned = await Promise.race([run, limit]);
-        } else {
-          returned = await run;
-        }
+        await this.query('SELECT queue.release(id => $1, lease => $2, stage => $3)', [task.id, task.lease, task.stage],
+                         () => false);
+        console.error(`released ${task.id}: the worker is stopping past its shutdown timeout`);
       } catch (err) {
-        if (err instanceof Snooze) {
-          snooze = err.seconds;
-        } else {
-          error = err instanceof Fail ? err.message : String(err && err.stack || err);
-          fatal = Boolean(err && err.fatal);
+        console.error(`task ${task.id} not released (${err.message}): its lease runs out`);
+      }
+      this.held.delete(task.id);
+      return;
+    }
+    const taskTimeout = await this.stageTimeout(task.stage);
+    const handler = this.handlerFor(task.stage);
+    let returned;
+    let error = null;
+    let fatal = false;
+    let snooze = null;
+    let timer = null;
+    const { span, ctx } = taskSpan(task);
+    try {
+      const run = Promise.resolve().then(() => (ctx ? otel.context.with(ctx, () => handler(task)) : handler(task)));
+      if (taskTimeout) {
+        const limit = new Promise((_, reject) => {
+          timer = setTimeout(() => reject(new Fail(`timed out after ${taskTimeout} s (TASK_TIMEOUT)`)),
+                             taskTimeout * 1000);
+        });
+        run.catch(() => {});
+        returned = await Promise.race([run, limit]);
+      } else {
+        returned = await run;
+      }
+    } catch (err) {
+      if (err instanceof Snooze) {
+        snooze = err.seconds;
+      } else {
+        error = err instanceof Fail ? err.message : String(err && err.stack || err);
+        fatal = Boolean(err && err.fatal);
+        console.error(JSON.stringify({ msg: 'task failed', task_id: task.id, stage: task.stage, attempt: task.attempt,
+                                       fatal, error: String(err && err.message || err) }));
+        if (span) {
+          if (err instanceof Error) span.recordException(err);
+          span.setStatus({ code: otel.SpanStatusCode.ERROR, message: String(err && err.message || err) });
+        }
+      }
+    }
+    clearTimeout(timer);
+    if (!this.held.has(task.id)) {
+      console.error(`lease lost on ${task.id}: dropping the result`);
+      if (span) span.end();
+      return;
+    }
+    // A lost connection: query() reconnects and calls again with the same lease; an error that
+    // passes by waiting is tried again while the lease holds (heartbeats renew it).
+    const holds = () => this.holds(task.id);
+    const outcome = returned instanceof Outcome ? returned
+      : new Outcome({ result: returned !== null && typeof returned === 'object' ? returned : null });
+    let r;
+    try {
+      if (snooze !== null) {
+        [r] = (await this.query("SELECT queue.release(id => $1, lease => $2, retry_in => $3 * interval '1 second',"
+                                + ' stage => $4) AS ok', [task.id, task.lease, snooze, task.stage], holds)).rows;
+        console.error(`snoozed ${task.id} for ${snooze.toFixed(3)} s`);
+      } else if (error === null) {
+        [r] = (await this.query('SELECT queue.finish(id => $1, lease => $2, stage => $3, next_stage => $4,'
+                                + ' result => $5::jsonb) AS ok',
+                                [task.id, task.lease, task.stage, outcome.nextStage,
+                                 outcome.result === null ? null : JSON.stringify(outcome.result)], holds)).rows;
+      } else {
+        r = await this.fail(task, error, fatal, holds);
+      }
+    } catch (err) {
+      if (!transient(err)) throw err;
+      console.error(`task ${task.id} not recorded while its lease held (${err.code}: ${err.message}): reap_hung() hands it back`);
+      return;
+    } finally {
+      this.held.delete(task.id);
+      this.stageOf.delete(task.id);
+      this.expires.delete(task.id);
+      if (span) span.end();
+    }
+    if (!r.ok) {           // false: the lease was no longer ours (reaped and retaken)
+      this.counters.lost += 1;
+      console.error(`lease lost on ${task.id}`);
+    } else if (snooze !== null) {
+      this.counters.snoozed += 1;
+    } else if (error === null) {
+      this.counters.finished += 1;
+    } else {
+      this.counters.failed += 1;
+    }
+  }
+  // Transactional mode: one transaction takes a batch (queue.take_locked), runs each handler in a
+  // savepoint with task.client (that transaction's client: the handler's writes commit with the
+  // task's end) and ends it there with queue.finish_locked, or, the savepoint rolled back, with
+  // queue.fail_locked (Snooze: a failed attempt with retry_in). The commit ends them all. A lost
+  // connection or an error that passes by waiting rolls the whole batch back (its tasks were never
+  // taken) and the loop takes again. No lease, no heartbeat: for short tasks.
+  async runLockedBatch() {
+    const current = this.mainClient();
+    const client = await current;
+    const q = (text, values) => client.query({ text, values });
+    let rows;
+    const ended = { finished: 0, failed: 0 };  // counted once the commit holds
+    try {
+      await q('BEGIN');
+      ({ rows } = this.multi
+        ? await q('SELECT stage, id, payload, attempt FROM queue.take_locked(stages => $1::text[], batch => $2)',
+                  [this.stages, this.batch])
+        : await q('SELECT $1::text AS stage, id, payload, attempt FROM queue.take_locked(stage => $1, batch => $2)',
+                  [this.stage, this.batch]));
+      for (const task of rows) {
+        task.client = client;
+        task.progress = async () => true;  // no lease to extend, nothing stored
+        const { span, ctx } = taskSpan(task);
+        await q('SAVEPOINT skiplock_task');
+        try {
+          const returned = await (ctx ? otel.context.with(ctx, () => this.handlerFor(task.stage)(task))
+            : this.handlerFor(task.stage)(task));
+          if (returned instanceof Outcome && returned.nextStage !== null) {
+            throw new Fail('nextStage is not available in transactional mode', { fatal: true });
+          }
+          const result = returned instanceof Outcome ? returned.result
+            : (returned !== null && typeof returned === 'object' ? returned : null);
+          await q('SELECT queue.finish_locked(id => $1, worker => $2, stage => $3, result => $4::jsonb)',
+                  [task.id, this.name, task.stage, result === null ? null : JSON.stringify(result)]);
+          await q('RELEASE SAVEPOINT skiplock_task');
+          ended.finished += 1;
+        } catch (err) {
+          if (connectionLost(err, client)) throw err;
+          await q('ROLLBACK TO SAVEPOINT skiplock_task');  // the handler's writes are undone
+          const snooze = err instanceof Snooze ? err.seconds : null;
+          const fatal = snooze === null && Boolean(err && err.fatal);
+          const error = err instanceof Fail || err instanceof Snooze ? err.message : String(err && err.stack || err);
           console.error(JSON.stringify({ msg: 'task failed', task_id: task.id, stage: task.stage, attempt: task.attempt,
                                          fatal, error: String(err && err.message || err) }));
           if (span) {
             if (err instanceof Error) span.recordException(err);
             span.setStatus({ code: otel.SpanStatusCode.ERROR, message: String(err && err.message || err) });
           }
+          await q("SELECT queue.fail_locked(id => $1, error => $2, fatal => $3, retry_in => $4::float8 * interval '1 second',"
+                  + ' worker => $5, stage => $6)',
+                  [task.id, error.replace(/\0/g, '\\0'), fatal, snooze, this.name, task.stage]);
+          await q('RELEASE SAVEPOINT skiplock_task');
+          ended.failed += 1;
+        } finally {
+          if (span) span.end();
         }
       }
-      clearTimeout(timer);
-      if (!this.held.has(task.id)) {
-        console.error(`lease lost on ${task.id}: dropping the result`);
-        if (span) span.end();
-        continue;
-      }
-      // A lost connection: query() reconnects and calls again with the same lease; an error that
-      // passes by waiting is tried again while the lease holds (heartbeats renew it).
-      const holds = () => this.holds(task.id);
-      const outcome = returned instanceof Outcome ? returned
-        : new Outcome({ result: returned !== null && typeof returned === 'object' ? returned : null });
-      let r;
-      try {
-        if (snooze !== null) {
-          [r] = (await this.query("SELECT queue.release(id => $1, lease => $2, retry_in => $3 * interval '1 second',"
-                                  + ' stage => $4) AS ok', [task.id, task.lease, snooze, task.stage], holds)).rows;
-          console.error(`snoozed ${task.id} for ${snooze.toFixed(3)} s`);
-        } else if (error === null) {
-          [r] = (await this.query('SELECT queue.finish(id => $1, lease => $2, stage => $3, next_stage => $4,'
-                                  + ' result => $5::jsonb) AS ok',
-                                  [task.id, task.lease, task.stage, outcome.nextStage,
-                                   outcome.result === null ? null : JSON.stringify(outcome.result)], holds)).rows;
-        } else {
-          r = await this.fail(task, error, fatal, holds);
+      await q('COMMIT');
+      this.counters.taken += rows.length;
+      this.counters.finished += ended.finished;
+      this.counters.failed += ended.failed;
+    } catch (err) {
+      if (connectionLost(err, client)) {
+        if (this.db === current) {
+          console.error(`main connection lost (${err.message}): the batch rolled back, reconnecting`);
+          this.db = null;
+          client.end().catch(() => {});
         }
-      } catch (err) {
-        if (!transient(err)) throw err;
-        console.error(`task ${task.id} not recorded while its lease held (${err.code}: ${err.message}): reap_hung() hands it back`);
-        continue;
-      } finally {
-        this.held.delete(task.id);
-        this.stageOf.delete(task.id);
-        this.expires.delete(task.id);
-        if (span) span.end();
+        return true;
       }
-      if (!r.ok) {           // false: the lease was no longer ours (reaped and retaken)
-        this.counters.lost += 1;
-        console.error(`lease lost on ${task.id}`);
-      } else if (snooze !== null) {
-        this.counters.snoozed += 1;
-      } else if (error === null) {
-        this.counters.finished += 1;
-      } else {
-        this.counters.failed += 1;
-      }
+      await q('ROLLBACK').catch(() => {});
+      if (!transient(err) || this.stopping) throw err;
+      console.error(`main: ${err.code}: ${err.message}; the batch rolled back, taking again`);
+      await sleep(BACKOFF_FIRST * 1000);
+      return true;
     }
     return rows.length;
   }
@@ -575,6 +680,7 @@ async function main() {
     maintainEvery: setting(env, 'MAINTAIN_EVERY', Math.min(10, setting(env, 'LEASE', 60, { min: Number.MIN_VALUE }) / 3), { min: 0 }),
     taskTimeout: env.TASK_TIMEOUT ? setting(env, 'TASK_TIMEOUT', 0, { min: Number.MIN_VALUE }) : null,
     shutdownTimeout: setting(env, 'SHUTDOWN_TIMEOUT', 20, { min: 0 }),
+    concurrency: setting(env, 'CONCURRENCY', 1, { integer: true, min: 1, max: 1000 }),
   });
   process.on('SIGTERM', () => worker.stop());
   process.on('SIGINT', () => worker.stop());

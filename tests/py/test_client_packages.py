@@ -167,6 +167,63 @@ def test_installed_library_runs_async_handlers_together(installed: Path, url: st
     assert json.loads(proc.stdout.splitlines()[-1]) == {"finished": 20, "failed": 0}, (proc.stdout, proc.stderr)
 
 
+def test_installed_async_worker_runs_handlers_on_the_callers_loop_and_cancels_one_at_shutdown(
+        installed: Path, url: str, tmp_path: Path) -> None:
+    """AsyncWorker, `await worker.run()`: twenty async handlers wait for each other on the caller's
+    event loop (each fails after 60 s otherwise); a twenty-first that never ends is cancelled once
+    shutdown_timeout passes after the stop, and its task released (ready, the attempt not counted)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        forever = conn.execute("SELECT queue.enqueue('{}', stage => 'aw.forever')").fetchone()[0]
+    proc = run_program(installed, """
+        import asyncio, json, os
+        import psycopg
+        from skiplock.worker import AsyncWorker
+        url = os.environ["DATABASE_URL"]
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[20]), stage => 'aw.wait')")
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            worker = AsyncWorker(url, concurrency=21, batch=21, idle_wait=0.2, maintain_every=0, shutdown_timeout=1)
+            everyone, started = asyncio.Event(), asyncio.Event()
+            arrived, on_loop, cancelled = [], [], []
+
+            @worker.handler("aw.wait")
+            async def wait_for_all(task):
+                on_loop.append(asyncio.get_running_loop() is loop)
+                arrived.append(task.id)
+                if len(arrived) == 20:
+                    everyone.set()
+                await asyncio.wait_for(everyone.wait(), 60)
+                return {"arrived": len(arrived)}
+
+            @worker.handler("aw.forever")
+            async def never_ends(task):
+                started.set()
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    cancelled.append(task.id)
+                    raise
+
+            counters = await worker.run(should_stop=lambda: worker.counters.finished >= 20 and started.is_set())
+            for _ in range(600):   # the cancellation reaches the coroutine on the loop's next turn
+                if cancelled:
+                    break
+                await asyncio.sleep(0.1)
+            print(json.dumps({"finished": counters.finished, "failed": counters.failed, "on_loop": all(on_loop),
+                              "cancelled": cancelled}))
+
+        asyncio.run(main())
+    """, url, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out == {"finished": 20, "failed": 0, "on_loop": True, "cancelled": [forever]}, (out, proc.stderr)
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT status::text, attempt FROM queue.tasks WHERE id = %s", (forever,)).fetchone() == ("ready", 0)
+        assert conn.execute("SELECT count(*) FROM queue.tasks WHERE stage = 'aw.wait' AND status = 'done'").fetchone() == (20,)
+
+
 def test_installed_library_transactional_mode_commits_a_handlers_writes_with_the_finish(installed: Path, url: str,
                                                                                          tmp_path: Path) -> None:
     """transactional=True: the row a handler writes through task.conn commits with finish_locked;
@@ -370,6 +427,107 @@ def test_npm_package_carries_one_trace_from_enqueue_to_finish(url: str, tmp_path
     out = json.loads(proc.stdout.splitlines()[-1])
     assert out["sameTrace"] and out["parent"], out
     assert out["attributes"] == {"skiplock.stage": "npm.traced", "skiplock.task_id": out["id"], "skiplock.attempt": 1}, out
+
+
+@pytest.fixture(scope="module")
+def npm_app(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty project with the `npm pack` tarball of clients/node installed; its folder."""
+    for tool in ("node", "npm"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} not found: the Node package's test needs Node.js >= 18 and npm", pytrace=False)
+    tmp = tmp_path_factory.mktemp("npm")
+    packed = subprocess.run(["npm", "pack", "--pack-destination", str(tmp), "--json"], cwd=NODE_DIR,
+                            capture_output=True, text=True, timeout=300)
+    assert packed.returncode == 0, packed.stderr
+    project = tmp / "app"
+    project.mkdir()
+    (project / "package.json").write_text('{"name": "app", "version": "1.0.0", "private": true}\n')
+    install = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefer-offline",
+                              str(tmp / json.loads(packed.stdout)[0]["filename"])],
+                             cwd=project, capture_output=True, text=True, timeout=600)
+    assert install.returncode == 0, install.stdout + install.stderr
+    return project
+
+
+def run_node(project: Path, name: str, source: str, url: str) -> subprocess.CompletedProcess:
+    (project / name).write_text(textwrap.dedent(source))
+    return subprocess.run(["node", name], cwd=project, env=dict(os.environ, DATABASE_URL=as_uri(url)),
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_npm_package_runs_concurrency_handlers_at_once_each_heartbeated(npm_app: Path, url: str) -> None:
+    """concurrency: 4: four handlers of one batch wait for each other (each fails after 60 s
+    otherwise), then outlive their 6 s lease by half again: every lease is still ahead (heartbeated)."""
+    proc = run_node(npm_app, "concurrent.js", """
+        const { Client } = require('pg');
+        const { Worker, enqueue } = require('skiplock');
+        const url = process.env.DATABASE_URL;
+        (async () => {
+          await enqueue(url, 'npm.wide', [{ n: 0 }, { n: 1 }, { n: 2 }, { n: 3 }]);
+          let arrived = 0;
+          let everyone;
+          const together = new Promise((resolve) => { everyone = resolve; });
+          const ahead = [];
+          const worker = new Worker({ url, concurrency: 4, batch: 4, lease: 6, idleWait: 0.2, maintainEvery: 0, handlers: {
+            'npm.wide': async (task) => {
+              arrived += 1;
+              if (arrived === 4) everyone();
+              await Promise.race([together, new Promise((_, reject) => setTimeout(() => reject(new Error('alone')), 60000))]);
+              await new Promise((resolve) => setTimeout(resolve, 9000));
+              const c = new Client({ connectionString: url });
+              await c.connect();
+              const { rows } = await c.query('SELECT lease_expires > now() AS ahead FROM queue.tasks WHERE id = $1', [task.id]);
+              await c.end();
+              ahead.push(rows[0].ahead);
+              return { n: task.payload.n };
+            },
+          } });
+          const timer = setInterval(() => { if (worker.counters.finished + worker.counters.failed >= 4) worker.stop(); }, 50);
+          const counters = await worker.run();
+          clearInterval(timer);
+          console.log(JSON.stringify({ finished: counters.finished, failed: counters.failed, ahead }));
+        })().catch((err) => { console.error(err); process.exit(1); });
+    """, url)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"finished": 4, "failed": 0, "ahead": [True] * 4}, proc.stderr
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT status::text, attempt, result FROM queue.tasks WHERE stage = 'npm.wide'"
+                            " ORDER BY id").fetchall() == [("done", 1, {"n": n}) for n in range(4)]
+
+
+def test_npm_package_transactional_mode_commits_a_handlers_writes_with_the_finish(npm_app: Path, url: str) -> None:
+    """transactional: true: the row a handler writes through task.client commits with finish_locked;
+    the write of a handler that throws, or whose statement fails (the transaction's other tasks
+    go on), is rolled back to the task's savepoint and the attempt failed."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE npm_orders (n int PRIMARY KEY)")
+        conn.execute("GRANT ALL ON npm_orders TO PUBLIC")
+        conn.execute("SELECT queue.configure_stage('npm.tx', max_attempts => 1)")
+        ids = [r[0] for r in conn.execute("SELECT queue.enqueue_batch(ARRAY['{\"n\": 1}', '{\"n\": 2}', '{\"n\": 1}',"
+                                          " '{\"n\": 3}']::jsonb[], stage => 'npm.tx')")]
+    proc = run_node(npm_app, "transactional.js", """
+        const { Worker, Fail } = require('skiplock');
+        (async () => {
+          const worker = new Worker({ url: process.env.DATABASE_URL, transactional: true, idleWait: 0.2, maintainEvery: 0,
+                                      handlers: { 'npm.tx': async (task) => {
+            await task.client.query('INSERT INTO npm_orders VALUES ($1)', [task.payload.n]);  // n = 1 twice: 23505
+            if (task.payload.n === 2) throw new Fail('card declined');
+            return { ordered: task.payload.n };
+          } } });
+          const timer = setInterval(() => { if (worker.counters.taken >= 4) worker.stop(); }, 50);
+          console.log(JSON.stringify(await worker.run()));
+          clearInterval(timer);
+        })().catch((err) => { console.error(err); process.exit(1); });
+    """, url)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1])["finished"] == 2, proc.stdout + proc.stderr
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT n FROM npm_orders ORDER BY n").fetchall() == [(1,), (3,)]
+        rows = conn.execute("SELECT status::text, result, error_text FROM queue.tasks WHERE id = ANY(%s) ORDER BY id",
+                            (ids,)).fetchall()
+    assert rows[:2] == [("done", {"ordered": 1}, None), ("fatal", None, "card declined")], rows
+    assert rows[2][:2] == ("fatal", None) and "duplicate key" in rows[2][2], rows
+    assert rows[3] == ("done", {"ordered": 3}, None), rows
 
 
 @pytest.mark.parametrize("language", ["python", "node"])

@@ -358,9 +358,9 @@ def test_idle_client_reconnects_and_listens_again_after_its_backends_are_termina
     assert "Traceback" not in worker.log() and "Unhandled" not in worker.log(), worker.log()
 
 
-@pytest.mark.parametrize("setting", ["BATCH=abc", "BATCH=0", "BATCH=1.5", "LEASE=-1", "IDLE_WAIT=soon"])
+@pytest.mark.parametrize("setting", ["BATCH=abc", "BATCH=0", "BATCH=1.5", "LEASE=-1", "IDLE_WAIT=soon", "CONCURRENCY=0"])
 def test_client_rejects_a_bad_numeric_setting(reconnecting_language: str, url: str, setting: str) -> None:
-    """A bad BATCH, LEASE or IDLE_WAIT: a clear message naming it and exit 2, before any take."""
+    """A bad BATCH, LEASE, IDLE_WAIT or CONCURRENCY: a clear message naming it and exit 2, before any take."""
     name, value = setting.split("=")
     stage = f"bad_setting_{reconnecting_language}"
     proc = subprocess.run(LANGUAGES[reconnecting_language]["worker"], env=client_env(url, stage, **{name: value}),

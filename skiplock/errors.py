@@ -99,6 +99,10 @@ def refused_login(e: BaseException) -> bool:
 
 
 def prepared_lost(e: BaseException) -> bool:
-    """A statement psycopg prepared is missing (or already there) on the server connection: a
-    pooler in transaction mode sits between us and the server."""
-    return isinstance(e, psycopg.Error) and e.sqlstate in PREPARED_LOST
+    """A statement psycopg prepared is missing, already there, or another statement of the same
+    name (08P01: "bind message supplies 3 parameters, but prepared statement … requires 1") on the
+    server connection: a pooler in transaction mode sits between us and the server."""
+    if not isinstance(e, psycopg.Error):
+        return False
+    return e.sqlstate in PREPARED_LOST or (
+        e.sqlstate == "08P01" and "prepared statement" in (e.diag.message_primary or ""))

@@ -87,8 +87,13 @@ class Slot(threading.Thread, Generic[S]):
 
     @property
     def db(self) -> psycopg.Connection:
-        """The connection, which run() opens first."""
+        """The connection, which run() opens first. Once any slot found a transaction pooler
+        (connect.detected_transaction_pooler), it prepares no more: a statement it prepared
+        may meet another client's statement of the same name on the next server connection."""
         assert self.conn is not None, "the slot has no connection yet"
+        if self.conn.prepare_threshold is not None and not connect.has_sessions():
+            self.conn.prepare_threshold = None
+            self.listening = False
         return self.conn
 
     def listen(self, conn: psycopg.Connection) -> None:

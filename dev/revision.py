@@ -382,8 +382,9 @@ def make_revision(message: str, rev: str | None = None, *, base: list[tuple[str,
 
 
 def _kind(path: str) -> str:
-    """types, tables, functions or views: what a hand-written alter/… or downgrade/alter/… file changes."""
-    parts = path.split("/")
+    """types, tables, functions or views: what a hand-written alter/… or downgrade/alter/… file changes
+    (also one a release carried from a revision it squashed: alter/0110/tables/…)."""
+    parts = [p for p in path.split("/") if not p.isdigit()]
     kind = parts[2] if parts[:2] == ["downgrade", "alter"] else parts[1] if parts[0] == "alter" else ""
     return kind if kind in ("types", "tables") else "other"
 

@@ -5,7 +5,7 @@ PY    := $(VENV)/bin/python
 APT_PACKAGES := postgresql-15 postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl postgresql-15-plpgsql-check postgresql-15-cron libfaketime pgbouncer \
                 chromium chromium-driver prometheus prometheus-postgres-exporter
 
-.PHONY: demo test test-citus citus lint docs screenshots bench-web bench bench-peers peers-packages profile revision release baseline check-schema system-packages venv venv-bench clean
+.PHONY: demo test test-citus citus lint docs screenshots bench-web bench-scale bench bench-peers peers-packages profile revision release baseline check-schema system-packages venv venv-bench clean
 
 ## demo: a throwaway cluster (or DATABASE_URL), migrations, workers draining a pipeline, a summary
 demo: venv
@@ -38,6 +38,10 @@ screenshots: system-packages venv
 ## bench-web: what the dashboard costs: each page's time and a live refresh's database time on a large queue (bench/web.py)
 bench-web: venv
 	$(PY) -m bench.web $(BENCH_WEB_ARGS)
+
+## bench-scale: cost as the work grows: W1, W2, maintain and the views at 10 k-10 M live tasks, 1-100 k stages, 50 M history rows (bench/scale.py)
+bench-scale: venv-bench
+	$(PY) -m bench.scale $(BENCH_SCALE_ARGS)
 
 ## bench: pgbench workloads against the machine's own ceiling; writes bench/RESULTS.md
 bench: venv-bench

@@ -25,14 +25,14 @@ from pathlib import Path
 
 import psycopg
 
-from bench import chart, designs, latency, pgbench, points, report, seed004, timeline
+from bench import chart, designs, latency, pgbench, points, report, scale, seed004, timeline
 from bench.designs import SEED, SKIPLOCK
 from bench.progress import log
 from skiplock import devdb
 
 BENCH_DIR = Path(__file__).resolve().parent
 OUT_DIR = BENCH_DIR / "out"
-WORKLOADS = ("W1", "W1b", "W2", "W2b", "W3", "W4", "seed004", "latency")
+WORKLOADS = ("W1", "W1b", "W2", "W2b", "W3", "W4", "seed004", "latency", "scale")
 # Both passes use the autovacuum_naptime the README recommends for a busy queue (1 s, cluster-wide);
 # everything else is PostgreSQL's default, durability included.
 RECOMMENDED = {"autovacuum_naptime": "'1s'"}
@@ -62,6 +62,7 @@ class Config:
     maintain_every: float = 5
     seed004_seconds: float = 10     # seed 004's insert points; its consume points run half as long
     latency_seconds: float = 10     # latency: capacity, then each load, this long
+    scale_seconds: float = 30       # scale: each W1 and W2 cell (bench/scale.py), once, default durability
 
     @property
     def w2b_preload(self) -> int:
@@ -71,7 +72,7 @@ class Config:
     def quick(cls) -> "Config":
         return cls(point_seconds=3, w2_preload=50_000, backlog=10_000, w3_before=20, w3_hold=30, w3_after=30,
                    w3_sample=5, w4_seconds=60, w4_capacity_seconds=20, w4_bucket=15, w4_sample=5,
-                   maintain_every=2, seed004_seconds=3, latency_seconds=4)
+                   maintain_every=2, seed004_seconds=3, latency_seconds=4, scale_seconds=3)
 
     def estimate_minutes(self, only: set[str], async_pass: bool) -> float:
         n = len(self.clients)
@@ -93,6 +94,8 @@ class Config:
             total += 2 * (self.w3_before + self.w3_hold + self.w3_after + 10)
         if "W4" in only:
             total += self.w4_seconds + 2 * self.w4_capacity_seconds + 20
+        if "scale" in only:  # seeding 10 M live and 50 M history rows dominates (bench/scale.py)
+            total += 6 * 2 * self.scale_seconds + (300 if self.point_seconds < 10 else 2400)
         return total / 60
 
 
@@ -323,6 +326,13 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quick:
             (BENCH_DIR / "LATENCY.md").write_text(text)
         log("latency: " + ("bench/out/LATENCY.md" if args.quick else "bench/LATENCY.md"))
+    if "scale" in only:
+        # Its own databases on its own cluster, default durability only; a section of RESULTS.md.
+        sizes = (([10_000, 100_000], [100], 200_000) if args.quick
+                 else ([10_000, 1_000_000, 10_000_000], [1_000, 100_000], 50_000_000))
+        live, stage_counts, history = sizes
+        scaled = scale.run(live, stage_counts, history, 16, cfg.scale_seconds)
+        scale.write(scaled, 16, cfg.scale_seconds, results=(BENCH_DIR if publish else OUT_DIR) / "RESULTS.md")
     print(report.summary_for_stdout(results))
     where = "bench/RESULTS.md" if publish else "bench/out/RESULTS.md (development run: bench/RESULTS.md left as it was)"
     log(f"done in {results['elapsed_min']:.1f} min: {where}, {results['json']}"

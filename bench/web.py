@@ -3,8 +3,9 @@ live refresh's database time on a large queue, and optionally what an open dashb
 workers running at full speed.
 
 The database: --live tasks (default 1,000,000) in --stages stages (100), mostly ready, some
-scheduled later, running and waiting for a retry, and --history finished rows (10,000,000) over
-the hours of today's history partition, a few of them fatal with a handful of error texts. Rows are
+scheduled later, running and waiting for a retry, and --history finished rows (10,000,000) spread
+evenly over the last 7 days (the default retention keeps 30), a few of them fatal with a handful of
+error texts. Rows are
 written straight into the tables (as the superuser) and analyzed: the seeding is not what is
 measured.
 
@@ -30,15 +31,20 @@ import time
 from typing import Any, Callable
 
 import psycopg
+import psycopg.sql
 
 from skiplock import devdb, migrate, ops
 
 DBNAME = "bench_web"
+HISTORY_DAYS = 7  # the history rows are spread evenly over this many days up to now
 
 
 def seed(url: str, live: int, history: int, stages: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("SELECT count(*) FROM queue.rotate_partitions()")  # today's partition and those ahead
+        # The partitions of the last HISTORY_DAYS days, today's and those ahead.
+        conn.execute("SELECT count(*) FROM queue.rotate_partitions(pg_catalog.now() - %s * interval '1 day')",
+                     (HISTORY_DAYS,))
+        conn.execute("SELECT count(*) FROM queue.rotate_partitions()")
         conn.execute("ALTER TABLE queue.live_tasks DROP CONSTRAINT IF EXISTS live_tasks_valid")
         conn.execute("""
             INSERT INTO queue.live_tasks (stage, status, priority, run_at, payload, attempt, lease, lease_expires,
@@ -66,10 +72,8 @@ def seed(url: str, live: int, history: int, stages: int) -> None:
                    CASE WHEN g %% 50 = 0 THEN pg_catalog.format('ValueError: bad input %%s', g %% 5) END,
                    f.at - interval '2 seconds', f.at - interval '1 second', f.at
               FROM pg_catalog.generate_series(1, %(history)s) g,
-                   LATERAL (SELECT pg_catalog.date_trunc('day', pg_catalog.now())
-                                   + (pg_catalog.now() - pg_catalog.date_trunc('day', pg_catalog.now())) * (g::float8 / %(history)s)
-                                   AS at) f""",
-                     {"live": live, "history": history, "stages": stages})
+                   LATERAL (SELECT pg_catalog.now() - %(days)s * interval '1 day' * (1 - g::float8 / %(history)s) AS at) f""",
+                     {"live": live, "history": history, "stages": stages, "days": HISTORY_DAYS})
         conn.execute("VACUUM ANALYZE queue.live_tasks")
         conn.execute("VACUUM ANALYZE queue.history")
 
@@ -160,20 +164,32 @@ def main(argv: list[str] | None = None) -> int:
                         help="also measure workers' throughput without and with the dashboard open, SECONDS each")
     parser.add_argument("--workers", type=int, default=16, help="worker processes for --throughput (default 16)")
     parser.add_argument("--db", help="a server URL to create the database on (default: a throwaway cluster)")
+    parser.add_argument("--reuse", action="store_true",
+                        help=f"with --db: keep the database {DBNAME} of an earlier run with the same sizes (upgraded, not seeded again)")
     args = parser.parse_args(argv)
 
     cluster = None if args.db else devdb.Cluster(durable=False).start()
     admin = args.db or cluster.url()  # type: ignore[union-attr]
     try:
+        sizes = f"bench.web seeded: live {args.live} history {args.history} stages {args.stages}"
         with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{DBNAME}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{DBNAME}"')
+            seeded = conn.execute("SELECT pg_catalog.shobj_description(d.oid, 'pg_database') FROM pg_catalog.pg_database d"
+                                  " WHERE d.datname = %s", (DBNAME,)).fetchone()
+            reuse = args.reuse and seeded is not None and seeded[0] == sizes
+            if not reuse:
+                conn.execute(f'DROP DATABASE IF EXISTS "{DBNAME}" WITH (FORCE)')
+                conn.execute(f'CREATE DATABASE "{DBNAME}"')
         url = psycopg.conninfo.make_conninfo(admin, dbname=DBNAME)
         migrate.upgrade(url)
         start = time.perf_counter()
-        seed(url, args.live, args.history, args.stages)
-        print(f"seeded {args.live:,} live tasks in {args.stages} stages and {args.history:,} history rows "
-              f"in {time.perf_counter() - start:.0f} s\n")
+        if not reuse:
+            seed(url, args.live, args.history, args.stages)
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(f'COMMENT ON DATABASE "{DBNAME}" IS {psycopg.sql.quote(sizes)}')
+        with psycopg.connect(url, autocommit=True) as conn:  # what the workers' maintain() does each hour
+            conn.execute("SELECT count(*) FROM queue.maintain()")
+        print(f"{'reused' if reuse else 'seeded'} {args.live:,} live tasks in {args.stages} stages and "
+              f"{args.history:,} history rows over {HISTORY_DAYS} days, maintained, in {time.perf_counter() - start:.0f} s\n")
         print(f"| page | median ms | worst ms (of {args.rounds}) |\n|---|---:|---:|")
         for path, median, worst in pages(url, args.rounds):
             print(f"| `{path}` | {median:.1f} | {worst:.1f} |")

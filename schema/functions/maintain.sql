@@ -2,6 +2,8 @@
 -- one or many sessions, as skiplock_admin, in its own transaction. `now` is the time rotation works
 -- with (tests inject it); reaping uses the transaction's now(). Steps, each only when due:
 --   reap_hung          tasks whose lease expired; fire_schedules: due cron ticks (queue.<step>()).
+--   roll_up_hours      history's closed hours into queue.finished_hours (queue._roll_up_hours), once
+--                      an hour; before rotation, which may drop them.
 --   rotate_partitions  when history_policy.last_rotated is older than rotate_every (one session
 --                      rotates; the others fail pg_try_advisory_xact_lock and go on at once).
 --   stage_waiters      marks of stages no worker waits on any more (queue._forget_waiters()).
@@ -34,6 +36,7 @@ DECLARE
     v_unvacuumed boolean;
     v_lock_timeout text;
     v_rotated boolean := false;
+    v_hours   integer;
 BEGIN
     IF maintain.now IS NULL THEN
         RAISE EXCEPTION 'now must not be NULL'
@@ -53,6 +56,13 @@ BEGIN
     count := v_fired;
     detail := CASE WHEN v_fired = 0 THEN 'no schedule due'
                    ELSE pg_catalog.format('%s scheduled tasks enqueued', v_fired) END;
+    RETURN NEXT;
+
+    v_hours := queue._roll_up_hours(maintain.now);
+    task := 'roll_up_hours';
+    count := v_hours;
+    detail := CASE WHEN v_hours = 0 THEN 'no hour to roll up'
+                   ELSE pg_catalog.format('%s hours of history rolled up into finished_hours', v_hours) END;
     RETURN NEXT;
 
     task := 'rotate_partitions';
@@ -136,6 +146,6 @@ BEGIN
     RETURN NEXT;
 END
 $$;
-COMMENT ON FUNCTION queue.maintain(timestamptz) IS 'Housekeeping, each step only when due: reaps hung tasks, fires cron schedules, rotates history partitions, forgets stale waiting marks, compacts queue.live_tasks (ACCESS EXCLUSIVE until commit). A row per step. Cheap every second from many sessions.';
+COMMENT ON FUNCTION queue.maintain(timestamptz) IS 'Housekeeping, each step only when due: reaps hung tasks, fires cron schedules, rolls up closed hours, rotates history, forgets stale waiting marks, compacts queue.live_tasks (ACCESS EXCLUSIVE until commit). A row per step. Cheap every second.';
 REVOKE ALL ON FUNCTION queue.maintain(timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.maintain(timestamptz) TO skiplock_admin;

@@ -1,13 +1,13 @@
--- _roll_up_hours(now): rolls queue.history up into queue.finished_hours for every UTC hour that
--- ended at least 10 minutes before `now` (a finish's row carries its transaction's start time and
--- may commit later: those that commit within the margin are counted) and is not rolled up yet,
--- at most the last 8 days; then deletes the rows older than 8 days and moves
--- queue.finished_hours_clock forward. Cheap when nothing is due: one read of the clock row.
--- Concurrent calls: the one that takes the advisory lock rolls, the others return 0 at once.
--- Re-running an hour adds nothing (ON CONFLICT DO NOTHING).
--- Returns the hours rolled up (0 when none was due). Reads history one index range a stage;
--- writes finished_hours and the clock row (its transaction's advisory lock
--- 'skiplock.roll_up_hours'). Internal: called by maintain().
+-- _roll_up_hours(now): adds the runs of queue.history that finished in the whole minutes from
+-- queue.finished_hours_clock up to 5 minutes before `now` to queue.finished_hours (per stage, UTC
+-- hour and status), and moves the clock there. The margin is for finishes that commit late (a
+-- history row carries a time taken inside its transaction): one committed within 5 minutes is
+-- counted, a later one is not (history keeps it). Each minute is added once: the clock moves in
+-- the same transaction, under an advisory lock ('skiplock.roll_up_hours'; a concurrent call
+-- returns 0 at once). At most a day a call (a first call starts 8 days back); rows of hours over
+-- 8 days old are deleted as the hour turns. Cheap when nothing is due: one read of the clock row.
+-- Returns the minutes rolled up. Reads history one index range a stage; writes finished_hours and
+-- the clock row. Internal: called by maintain().
 CREATE OR REPLACE FUNCTION queue._roll_up_hours(now timestamptz)
     RETURNS integer
     LANGUAGE plpgsql
@@ -16,7 +16,7 @@ CREATE OR REPLACE FUNCTION queue._roll_up_hours(now timestamptz)
 AS $$
 DECLARE
     v_key  CONSTANT bigint := pg_catalog.hashtextextended('skiplock.roll_up_hours', 0);
-    v_to   timestamptz := pg_catalog.date_trunc('hour', _roll_up_hours.now - interval '10 minutes', 'UTC');
+    v_to   timestamptz := pg_catalog.date_trunc('minute', _roll_up_hours.now - interval '5 minutes', 'UTC');
     v_from timestamptz;
 BEGIN
     SELECT c.rolled_to INTO v_from FROM queue.finished_hours_clock c;
@@ -31,19 +31,23 @@ BEGIN
     IF v_from >= v_to THEN
         RETURN 0;
     END IF;
-    v_from := GREATEST(v_from, v_to - interval '8 days');
+    v_from := GREATEST(v_from, pg_catalog.date_trunc('hour', v_to, 'UTC') - interval '8 days');
+    v_to := LEAST(v_to, v_from + interval '1 day');
     INSERT INTO queue.finished_hours AS f (stage, hour, status, runs, timed, run_time)
     SELECT h.stage, pg_catalog.date_trunc('hour', h.finished, 'UTC'), h.status, pg_catalog.count(*),
-           pg_catalog.count(h.started), pg_catalog.sum(h.finished - h.started)
+           pg_catalog.count(h.started), coalesce(pg_catalog.sum(h.finished - h.started), interval '0')
       FROM queue.history h
      WHERE h.stage = ANY (ARRAY(SELECT s.stage FROM queue._history_stages() AS s(stage)))  -- the index's leading column
        AND h.finished >= v_from AND h.finished < v_to
      GROUP BY 1, 2, 3
-    ON CONFLICT ON CONSTRAINT finished_hours_pkey DO NOTHING;
-    DELETE FROM queue.finished_hours f WHERE f.hour < v_to - interval '8 days';
+    ON CONFLICT ON CONSTRAINT finished_hours_pkey DO UPDATE
+       SET runs = f.runs + excluded.runs, timed = f.timed + excluded.timed, run_time = f.run_time + excluded.run_time;
+    IF pg_catalog.date_trunc('hour', v_from, 'UTC') <> pg_catalog.date_trunc('hour', v_to, 'UTC') THEN
+        DELETE FROM queue.finished_hours f WHERE f.hour < pg_catalog.date_trunc('hour', v_to, 'UTC') - interval '8 days';
+    END IF;
     UPDATE queue.finished_hours_clock SET rolled_to = v_to;
-    RETURN (pg_catalog.date_part('epoch', v_to - v_from) / 3600)::integer;
+    RETURN (pg_catalog.date_part('epoch', v_to - v_from) / 60)::integer;
 END
 $$;
-COMMENT ON FUNCTION queue._roll_up_hours(timestamptz) IS 'Internal: counts the finished runs of each UTC hour that closed 10 minutes ago into queue.finished_hours (once), keeps its last 8 days. Called by maintain().';
+COMMENT ON FUNCTION queue._roll_up_hours(timestamptz) IS 'Internal: adds the runs finished up to 5 minutes ago (whole minutes, each once) to queue.finished_hours, and keeps its last 8 days. Called by maintain().';
 REVOKE ALL ON FUNCTION queue._roll_up_hours(timestamptz) FROM PUBLIC;

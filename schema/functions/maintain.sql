@@ -2,8 +2,8 @@
 -- one or many sessions, as skiplock_admin, in its own transaction. `now` is the time rotation works
 -- with (tests inject it); reaping uses the transaction's now(). Steps, each only when due:
 --   reap_hung          tasks whose lease expired; fire_schedules: due cron ticks (queue.<step>()).
---   roll_up_hours      history's closed hours into queue.finished_hours (queue._roll_up_hours), once
---                      an hour; before rotation, which may drop them.
+--   roll_up_hours      the runs finished up to 5 minutes ago into queue.finished_hours, a minute at a
+--                      time (queue._roll_up_hours); before rotation, which may drop them.
 --   rotate_partitions  when history_policy.last_rotated is older than rotate_every (one session
 --                      rotates; the others fail pg_try_advisory_xact_lock and go on at once).
 --   stage_waiters      marks of stages no worker waits on any more (queue._forget_waiters()).
@@ -36,7 +36,7 @@ DECLARE
     v_unvacuumed boolean;
     v_lock_timeout text;
     v_rotated boolean := false;
-    v_hours   integer;
+    v_minutes integer;
 BEGIN
     IF maintain.now IS NULL THEN
         RAISE EXCEPTION 'now must not be NULL'
@@ -58,11 +58,11 @@ BEGIN
                    ELSE pg_catalog.format('%s scheduled tasks enqueued', v_fired) END;
     RETURN NEXT;
 
-    v_hours := queue._roll_up_hours(maintain.now);
+    v_minutes := queue._roll_up_hours(maintain.now);
     task := 'roll_up_hours';
-    count := v_hours;
-    detail := CASE WHEN v_hours = 0 THEN 'no hour to roll up'
-                   ELSE pg_catalog.format('%s hours of history rolled up into finished_hours', v_hours) END;
+    count := v_minutes;
+    detail := CASE WHEN v_minutes = 0 THEN 'nothing to roll up'
+                   ELSE pg_catalog.format('%s minutes of finished runs rolled up into finished_hours', v_minutes) END;
     RETURN NEXT;
 
     task := 'rotate_partitions';

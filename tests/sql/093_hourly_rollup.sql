@@ -4,7 +4,7 @@
 -- hour is counted; a second call adds nothing; rows older than 8 days go; restricted stages stay
 -- hidden from a monitor. Also queue.live_counts (exact, sampled, hidden stages) and queue.workers.
 BEGIN;
-SELECT plan(29);
+SELECT plan(31);
 
 -- A known start: nothing rolled up, no history. T: the start of a UTC hour three hours ago (the
 -- view shows the last 7 days as of now()).
@@ -51,41 +51,42 @@ SELECT results_eq($$SELECT v.finished, v.done, v.fatal, v.cancelled, v.total_run
                            (3, 2, 0, 1, interval '4 seconds', interval '2 seconds')$$,
                   'the last instant of an hour counts in it, the first of the next in the next; avg_run_time leaves out a run never started');
 
--- The first call rolls up every closed hour of the last 8 days, up to the one that ended 10 minutes ago.
-SELECT is(queue._roll_up_hours(t + interval '1 hour' + interval '9 minutes 59 seconds'), 192,
-          'first call, 9 min 59 s after hour 1 ended: the 192 hours before hour 1 (8 days), not hour 1 (within the margin)') FROM t0;
-SELECT is((SELECT rolled_to FROM queue.finished_hours_clock), t, 'the clock stops at hour 1') FROM t0;
-SELECT is((SELECT count(*)::integer FROM queue.finished_hours), 0, 'those hours had no runs: no rows');
+-- The rollup as maintain() keeps it: the clock at the start of hour 1, as if rolled up to there.
+UPDATE queue.finished_hours_clock SET rolled_to = (SELECT t FROM t0);
+SELECT is(queue._roll_up_hours(t + interval '1 hour' + interval '4 minutes 59 seconds'), 59,
+          '4 min 59 s after hour 1 ended: its first 59 minutes are rolled up, not its last (within the margin)') FROM t0;
+SELECT is((SELECT rolled_to FROM queue.finished_hours_clock), t + interval '59 minutes', 'the clock stops there') FROM t0;
+SELECT results_eq($$SELECT f.status::text, f.runs FROM queue.finished_hours f, t0 WHERE f.stage = 's.one' AND f.hour = t0.t ORDER BY 1$$,
+                  $$VALUES ('done', 2::bigint), ('fatal', 1::bigint)$$, 'hour 1 so far: two done, one fatal');
+SELECT set_eq('SELECT * FROM pg_temp.from_view()', 'SELECT * FROM pg_temp.from_history()',
+              'part of hour 1 from the rollup, the rest from history: the same counts as history');
 
--- A finish of hour 1 that commits within the margin (its row carries its transaction's start).
-SELECT pg_temp.run('s.one', 'done', t + interval '59 minutes', interval '5 seconds') FROM t0;
-SELECT is(queue._roll_up_hours(t + interval '1 hour' + interval '10 minutes'), 1,
-          '10 minutes after hour 1 ended, it is rolled up') FROM t0;
+-- A finish of hour 1's last minute that commits within the margin (its row carries a time from inside its transaction).
+SELECT pg_temp.run('s.one', 'done', t + interval '59 minutes 30 seconds', interval '5 seconds') FROM t0;
+SELECT is(queue._roll_up_hours(t + interval '1 hour' + interval '5 minutes'), 1,
+          '5 minutes after hour 1 ended, its last minute is rolled up') FROM t0;
 SELECT results_eq($$SELECT f.status::text, f.runs, f.timed, f.run_time FROM queue.finished_hours f, t0
                      WHERE f.stage = 's.one' AND f.hour = t0.t ORDER BY 1$$,
                   $$VALUES ('done', 4::bigint, 4::bigint, interval '17 seconds'), ('fatal', 1, 1, interval '1 second')$$,
-                  'hour 1 in the rollup: the late commit within the margin counted');
-SELECT is((SELECT rolled_to FROM queue.finished_hours_clock), t + interval '1 hour', 'the clock moves to hour 2') FROM t0;
+                  'hour 1 in the rollup: its last instant and the late commit within the margin counted');
 SELECT set_eq('SELECT * FROM pg_temp.from_view()', 'SELECT * FROM pg_temp.from_history()',
               'hour 1 from the rollup, hour 2 from history: the same counts as history');
 
--- Again: nothing due, nothing written; and an hour rolled up twice adds nothing.
+-- Again at the same time: nothing due, nothing written (each minute is added once).
 CREATE TEMP TABLE before AS SELECT * FROM queue.finished_hours;
-SELECT is(queue._roll_up_hours(t + interval '1 hour' + interval '30 minutes'), 0, 'a second call within the hour does nothing') FROM t0;
-UPDATE queue.finished_hours_clock SET rolled_to = (SELECT t FROM t0);
-SELECT is(queue._roll_up_hours(t + interval '1 hour' + interval '10 minutes'), 1, 'with the clock set back, hour 1 is rolled up again…') FROM t0;
-SELECT set_eq('SELECT * FROM queue.finished_hours', 'SELECT * FROM before', '…and the rollup is unchanged (no double count)');
+SELECT is(queue._roll_up_hours(t + interval '1 hour' + interval '5 minutes 59 seconds'), 0, 'a second call within the minute does nothing') FROM t0;
+SELECT set_eq('SELECT * FROM queue.finished_hours', 'SELECT * FROM before', 'and the rollup is unchanged (no double count)');
 
--- A finish that commits after its hour was rolled up is not counted (the margin is the bound).
+-- A finish that commits after its minute was rolled up is not counted (the margin is the bound).
 SELECT pg_temp.run('s.one', 'done', t + interval '20 minutes', interval '1 second') FROM t0;
 SELECT is((SELECT v.done FROM queue.hourly v, t0 WHERE v.stage = 's.one' AND v.hour = t0.t), 4::bigint,
-          'a run of hour 1 committed after the rollup is left out of queue.hourly (history still has it)');
+          'a run of hour 1 committed after its minute was rolled up is left out of queue.hourly (history still has it)');
 DELETE FROM queue.history WHERE finished = (SELECT t + interval '20 minutes' FROM t0);
 
 -- maintain() runs the step before rotating.
-SELECT results_eq($$SELECT m.count, m.detail FROM t0, queue.maintain(t0.t + interval '2 hours' + interval '10 minutes') m
+SELECT results_eq($$SELECT m.count, m.detail FROM t0, queue.maintain(t0.t + interval '2 hours' + interval '5 minutes') m
                      WHERE m.task = 'roll_up_hours'$$,
-                  $$VALUES (1, '1 hours of history rolled up into finished_hours')$$, 'maintain() rolls up hour 2 once it is due');
+                  $$VALUES (60, '60 minutes of finished runs rolled up into finished_hours')$$, 'maintain() rolls up hour 2 once it is due');
 SELECT is((SELECT string_agg(task, ',' ORDER BY n) FROM t0, queue.maintain(t0.t + interval '2 hours' + interval '11 minutes') WITH ORDINALITY AS m(task, count, detail, n)),
           'reap_hung,fire_schedules,roll_up_hours,rotate_partitions,stage_waiters,compact', 'the step comes before rotation');
 SELECT set_eq('SELECT * FROM pg_temp.from_view()', 'SELECT * FROM pg_temp.from_history()',
@@ -93,10 +94,18 @@ SELECT set_eq('SELECT * FROM pg_temp.from_view()', 'SELECT * FROM pg_temp.from_h
 SELECT is((SELECT count(*)::integer FROM queue.finished_hours f, t0 WHERE f.hour = t0.t + interval '1 hour'), 2,
           'hour 2 in the rollup: done and cancelled');
 
--- Bounded: rows older than 8 days go as later hours are rolled up.
-SELECT ok(queue._roll_up_hours(t + interval '8 days' + interval '1 hour' + interval '10 minutes') > 0, 'eight days later, rolled up again') FROM t0;
-SELECT is((SELECT count(*)::integer FROM queue.finished_hours f, t0 WHERE f.hour = t0.t), 0, 'hour 1, now 8 days old, is deleted');
-SELECT is((SELECT count(*)::integer FROM queue.finished_hours f, t0 WHERE f.hour = t0.t + interval '1 hour'), 2, 'hour 2 is kept');
+-- Bounded: at most a day a call, and the rows of hours over 8 days old go as the hour turns.
+SELECT is(queue._roll_up_hours(t + interval '8 days' + interval '1 hour' + interval '10 minutes'), 1440, 'eight days later: a day at most a call') FROM t0;
+SELECT is((SELECT sum(queue._roll_up_hours(t + interval '8 days' + interval '1 hour' + interval '10 minutes'))::integer FROM t0, generate_series(1, 8)),
+          8 * 1440 - 61 - 1440, 'the next calls catch up to 5 minutes ago (8 days less the 61 minutes rolled up before)');
+SELECT is((SELECT count(*)::integer FROM queue.finished_hours f, t0 WHERE f.hour = t0.t), 0, 'hour 1, now over 8 days old, is deleted');
+SELECT is((SELECT count(*)::integer FROM queue.finished_hours f, t0 WHERE f.hour = t0.t + interval '1 hour'), 2, 'hour 2 (8 days old) is kept');
+
+-- A first call (no clock yet) starts 8 days back.
+UPDATE queue.finished_hours_clock SET rolled_to = NULL;
+SELECT is(queue._roll_up_hours(t + interval '1 hour' + interval '5 minutes'), 1440, 'the first call rolls up a day…') FROM t0;
+SELECT is((SELECT rolled_to FROM queue.finished_hours_clock), t + interval '1 hour' - interval '7 days',
+          '…from 8 days before the hour it stops in') FROM t0;
 
 -- Restricted stages: hidden from a monitor not granted, in the rollup's rows too.
 DELETE FROM queue.finished_hours;
@@ -105,7 +114,8 @@ SELECT pg_temp.run('r.jobs', 'done', t + interval '5 minutes', interval '1 secon
 SELECT pg_temp.run('r.jobs', 'done', t + interval '65 minutes', interval '1 second') FROM t0;
 SELECT queue.grant_stage('r.jobs', 'skiplock_admin');
 CREATE ROLE skiplock_t_watcher LOGIN IN ROLE skiplock_monitor;
-SELECT is(queue._roll_up_hours(t + interval '1 hour' + interval '10 minutes'), 192, 'r.jobs'' hour 1 rolled up') FROM t0;
+UPDATE queue.finished_hours_clock SET rolled_to = (SELECT t FROM t0);
+SELECT is(queue._roll_up_hours(t + interval '1 hour' + interval '5 minutes'), 60, 'r.jobs'' hour 1 rolled up') FROM t0;
 SET ROLE skiplock_t_watcher;
 SELECT is((SELECT count(*)::integer FROM queue.hourly WHERE stage = 'r.jobs'), 0,
           'a monitor not granted r.jobs sees none of its hours, rolled up or not');

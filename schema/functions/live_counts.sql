@@ -1,14 +1,16 @@
 -- live_counts(sample_pages): the live tasks of each visible stage by status, for a dashboard that
 -- refreshes every few seconds: ready (due now), scheduled (ready, due later), running, error
 -- (waiting for a retry), waiting (for other tasks), and the lag (how long the longest-waiting due
--- task is past its run_at). Running tasks are counted exactly (the running index). The others
--- too while queue.live_tasks has at most sample_pages pages (8 kB each; the default, about 50,000
+-- task is past its run_at); a stage with no live task but runs finished within the last day
+-- (queue.finished_hours, so not those of the last minutes) gets a row of zeros. Running tasks
+-- are counted exactly (the running index). The others
+-- too while queue.live_tasks has at most sample_pages pages (8 kB each; the default, some 20,000
 -- rows); on a larger table they are estimated from a block sample of about sample_pages pages
 -- (TABLESAMPLE SYSTEM), scaled up, with estimated = true: the refresh then costs the same on a
--- million tasks as on fifty thousand. On Citus every count is exact (the coordinator's own table
+-- million tasks as on twenty thousand. On Citus every count is exact (the coordinator's own table
 -- is empty, so it never samples). Stages the caller was not granted (_hidden_stages) are left out.
--- Reads live_tasks; locks and writes nothing. Raises 22023 for sample_pages NULL or below 1.
-CREATE OR REPLACE FUNCTION queue.live_counts(sample_pages integer DEFAULT 1000)
+-- Reads live_tasks and finished_hours; locks and writes nothing. Raises 22023 for sample_pages NULL or below 1.
+CREATE OR REPLACE FUNCTION queue.live_counts(sample_pages integer DEFAULT 500)
     RETURNS TABLE (stage text, ready bigint, scheduled bigint, running bigint, error bigint, waiting bigint,
                    lag interval, estimated boolean)
     LANGUAGE plpgsql
@@ -27,7 +29,7 @@ BEGIN
             USING ERRCODE = '22023',
                   DETAIL = pg_catalog.format('live_counts was called with sample_pages %s.',
                                              coalesce(live_counts.sample_pages::text, 'NULL')),
-                  HINT = 'Leave it out for the default of 1000 pages.';
+                  HINT = 'Leave it out for the default of 500 pages.';
     END IF;
     -- On Citus the coordinator's own table is empty (the rows are in the shards): 0 pages, exact.
     v_pct := LEAST(100, 100 * live_counts.sample_pages::double precision / GREATEST(v_pages, 1));
@@ -48,8 +50,13 @@ BEGIN
           FROM queue.live_tasks t
          WHERE t.status = 'running' AND t.stage <> ALL (v_hidden)
          GROUP BY t.stage
+    ), rolled AS (  -- stages whose runs finished within the last day, live tasks or not
+        SELECT DISTINCT f.stage
+          FROM queue.finished_hours f
+         WHERE f.hour >= pg_catalog.date_trunc('hour', pg_catalog.now(), 'UTC') - interval '1 day'
+           AND f.stage <> ALL (v_hidden)
     )
-    SELECT coalesce(s.stage, r.stage),
+    SELECT coalesce(s.stage, r.stage, f.stage),
            coalesce(pg_catalog.round(s.ready * 100 / v_pct), 0)::bigint,
            coalesce(pg_catalog.round(s.scheduled * 100 / v_pct), 0)::bigint,
            coalesce(r.running, 0),
@@ -58,9 +65,10 @@ BEGIN
            s.lag,
            v_pct < 100
       FROM sampled s
-      FULL JOIN running r ON r.stage = s.stage;
+      FULL JOIN running r ON r.stage = s.stage
+      FULL JOIN rolled f ON f.stage = coalesce(s.stage, r.stage);
 END
 $$;
-COMMENT ON FUNCTION queue.live_counts(integer) IS 'Live tasks per visible stage: ready, scheduled, running, error, waiting and the lag. Exact on a small table; above sample_pages pages estimated from a block sample (estimated = true), running always exact.';
+COMMENT ON FUNCTION queue.live_counts(integer) IS 'Live tasks per visible stage (and stages with runs in the last day): ready, scheduled, running, error, waiting, lag. Above sample_pages pages estimated from a block sample (estimated = true); running exact.';
 REVOKE ALL ON FUNCTION queue.live_counts(integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.live_counts(integer) TO skiplock_monitor, skiplock_admin;

@@ -53,6 +53,7 @@ SELECT set_eq(
         'queue.unschedule(text)',
         'queue.worker_settings(text)',
         'queue.live_counts(integer)',
+        'queue.recent_errors(text,interval,integer)',
         'queue.workers()'
     ],
     'the public functions of schema queue are exactly the documented API, with these signatures'
@@ -256,8 +257,8 @@ SELECT is_empty(
        WHERE p.pronamespace = 'queue'::regnamespace
          AND pg_catalog.has_function_privilege('skiplock_monitor', p.oid, 'EXECUTE')
          AND p.proname NOT IN ('_hidden_stages', '_history_stages', '_live_stages')  -- what its views call
-         AND p.proname NOT IN ('live_counts', 'workers')  -- the dashboard's reads of live_tasks by index or sample$$,
-    'skiplock_monitor may execute no function of queue but the three its views call (_hidden_stages, _history_stages, _live_stages) and the dashboard''s live_counts and workers'
+         AND p.proname NOT IN ('live_counts', 'recent_errors', 'workers')  -- the dashboard's bounded reads$$,
+    'skiplock_monitor may execute no function of queue but the three its views call (_hidden_stages, _history_stages, _live_stages) and the dashboard''s live_counts, recent_errors and workers'
 );
 
 SELECT set_eq(

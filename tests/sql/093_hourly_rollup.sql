@@ -4,7 +4,7 @@
 -- hour is counted; a second call adds nothing; rows older than 8 days go; restricted stages stay
 -- hidden from a monitor. Also queue.live_counts (exact, sampled, hidden stages) and queue.workers.
 BEGIN;
-SELECT plan(31);
+SELECT plan(37);
 
 -- A known start: nothing rolled up, no history. T: the start of a UTC hour three hours ago (the
 -- view shows the last 7 days as of now()).
@@ -133,10 +133,27 @@ SELECT results_eq($$SELECT ready, scheduled, running, error, estimated FROM queu
 SELECT results_eq($$SELECT running, estimated FROM queue.live_counts(sample_pages => 1) WHERE stage = 'lc.jobs'$$,
                   $$VALUES (2::bigint, true)$$, 'above sample_pages pages: estimated, running still exact');
 SET ROLE skiplock_t_watcher;
-SELECT is((SELECT string_agg(stage, ',' ORDER BY stage) FROM queue.live_counts()), 'lc.jobs', 'a monitor not granted r.jobs: live_counts leaves it out');
+SELECT is((SELECT string_agg(stage, ',' ORDER BY stage) FROM queue.live_counts()), 'lc.jobs,s.one',
+          'a monitor not granted r.jobs: live_counts leaves it out (and lists s.one, with runs rolled up in the last day)');
 SELECT is((SELECT string_agg(worker || ':' || stage || ':' || running, ',') FROM queue.workers()), 'w1:lc.jobs:2', 'workers(): the running tasks per worker and stage');
 RESET ROLE;
 SELECT throws_ok('SELECT * FROM queue.live_counts(0)', '22023', 'sample_pages must be 1 or more', 'live_counts refuses sample_pages 0');
+
+-- recent_errors: live tasks waiting for a retry (exact for one stage) and fatal runs of the window.
+SELECT count(queue.fail(t.id, t.lease, 'boom')) FROM queue.take_next('lc.jobs', 1) t;
+SELECT pg_temp.run('r.jobs', 'fatal', now() - interval '1 minute', interval '1 second');
+SELECT results_eq($$SELECT stage, error, tasks, estimated FROM queue.recent_errors('lc.jobs')$$,
+                  $$VALUES ('lc.jobs', 'boom', 1::bigint, false)$$, 'recent_errors of a stage: its live error tasks, exact');
+SELECT is((SELECT tasks FROM queue.recent_errors(since => interval '4 hours') WHERE stage = 's.one'), 1::bigint,
+          'a fatal run within since is counted…');
+SELECT is((SELECT count(*)::integer FROM queue.recent_errors() WHERE stage = 's.one'), 0, '…and one before it (the default hour) is not');
+SET ROLE skiplock_t_watcher;
+SELECT is((SELECT string_agg(stage, ',' ORDER BY stage) FROM queue.recent_errors(since => interval '4 hours')), 'lc.jobs,s.one',
+          'a monitor not granted r.jobs: recent_errors leaves its fatal run out');
+RESET ROLE;
+SELECT is((SELECT count(*)::integer FROM queue.recent_errors() WHERE stage = 'r.jobs'), 1, 'the superuser sees it');
+SELECT throws_ok($$SELECT * FROM queue.recent_errors(since => interval '-1 hour')$$, '22023',
+                 'since must be an interval of 0 or more', 'recent_errors refuses a negative since');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -11,7 +11,8 @@ CREATE TABLE queue.finished_hours (
     runs      bigint            NOT NULL,
     timed     bigint            NOT NULL,  -- of them, runs with a start (cancelled before a take have none)
     run_time  interval          NOT NULL,  -- sum of finished - started of those; 0 when none
-    CONSTRAINT finished_hours_pkey PRIMARY KEY (stage, hour, status)
+    -- hour first: the chart reads the last hours, and the old ones are deleted by hour.
+    CONSTRAINT finished_hours_pkey PRIMARY KEY (hour, stage, status)
 );
 
 COMMENT ON TABLE queue.finished_hours IS 'Finished runs per stage, UTC hour and final status, rolled up by maintain() from queue.history 5 minutes after each minute; the last 8 days. Read through queue.hourly.';

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
+import platform
 import statistics
 import threading
 import time
@@ -163,8 +165,6 @@ def throughput(url: str, workers: int, seconds: float, dashboard: bool, stages: 
 
 
 def _machine() -> str:
-    import os
-    import platform
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     return f"{os.cpu_count()} CPUs, {platform.platform()}; load average (1, 5, 15 min) at the start: {load}"
 
@@ -220,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: {' '.join(['python -m bench.web', *(argv or [])])}")
         say()
         say(f"- {_machine()}")
+        if os.getloadavg()[0] > (os.cpu_count() or 1) / 2:
+            say("- the machine was busy with other work when the run began: read the times as upper bounds")
         say(f"- {server}")
         say(f"- {'reused' if reuse else 'seeded'} {args.live:,} live tasks in {args.stages} stages and {args.history:,} "
             f"history rows over {HISTORY_DAYS} days, rolled up by maintain(), in {time.perf_counter() - start:.0f} s")

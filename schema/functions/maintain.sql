@@ -2,8 +2,7 @@
 -- one or many sessions, as skiplock_admin, in its own transaction. `now` is the time rotation works
 -- with (tests inject it); reaping uses the transaction's now(). Steps, each only when due:
 --   reap_hung          tasks whose lease expired; fire_schedules: due cron ticks (queue.<step>()).
---   roll_up_hours      the runs finished up to 5 minutes ago into queue.finished_hours, a minute at a
---                      time (queue._roll_up_hours); before rotation, which may drop them.
+--   roll_up_hours      finished runs into queue.finished_hours a minute at a time (_roll_up_hours).
 --   rotate_partitions  when history_policy.last_rotated is older than rotate_every (one session
 --                      rotates; the others fail pg_try_advisory_xact_lock and go on at once).
 --   stage_waiters      marks of stages no worker waits on any more (queue._forget_waiters()).
@@ -11,9 +10,8 @@
 --                      as its ACCESS EXCLUSIVE lock lasts until the transaction ends; skipped after
 --                      a rotation that changed partitions. It cancels an autovacuum in its way
 --                      (waiting deadlock_timeout + 1 s) and steps around a manual VACUUM.
--- Returns a row per step (task, count, detail). Cheap when nothing is due: index probes, one row,
--- statistics; nothing written but reap_hung's record of the clock (every 10 s). Raises 22004
--- for a NULL now.
+-- Returns a row per step (task, count, detail). Cheap when nothing is due: index probes, rows,
+-- statistics; written: reap_hung's clock (every 10 s), the rollup (a minute). 22004 for a NULL now.
 CREATE OR REPLACE FUNCTION queue.maintain(now timestamptz DEFAULT pg_catalog.now())
     RETURNS TABLE (task text, count integer, detail text)
     LANGUAGE plpgsql

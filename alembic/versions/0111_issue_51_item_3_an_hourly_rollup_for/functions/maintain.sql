@@ -60,7 +60,7 @@ BEGIN
     task := 'roll_up_hours';
     count := v_minutes;
     detail := CASE WHEN v_minutes = 0 THEN 'nothing to roll up'
-                   ELSE pg_catalog.format('%s minutes of finished runs rolled up into finished_hours', v_minutes) END;
+                   ELSE pg_catalog.format('%s min of finished runs rolled up into finished_hours', v_minutes) END;
     RETURN NEXT;
 
     task := 'rotate_partitions';

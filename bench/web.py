@@ -235,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"- the chart's query (queue.hourly, last 24 h; the app reads it at most every {CHART_TTL_NOTE}): "
             f"median {chart_median:.1f} ms, worst {chart_worst:.1f} ms")
         if args.throughput:
+            with psycopg.connect(admin, autocommit=True) as conn:  # the workers take from the backlog: seed again next time
+                conn.execute(f'COMMENT ON DATABASE "{DBNAME}" IS NULL')
             ratios = []
             for _ in range(args.pairs):
                 alone = throughput(url, args.workers, args.throughput, False, args.stages)

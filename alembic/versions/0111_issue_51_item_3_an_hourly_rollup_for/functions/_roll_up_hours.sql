@@ -4,8 +4,8 @@
 -- history row carries a time taken inside its transaction): one committed within 5 minutes is
 -- counted, a later one is not (history keeps it). Each minute is added once: the clock moves in
 -- the same transaction, under an advisory lock ('skiplock.roll_up_hours'; a concurrent call
--- returns 0 at once). At most a day a call (a first call starts 8 days back); rows of hours over
--- 8 days old are deleted as the hour turns. Cheap when nothing is due: one read of the clock row.
+-- returns 0 at once; so does one that waits 100 ms for history's lock). At most a day a call (a
+-- first call starts 8 days back); rows of hours over 8 days old are deleted as the hour turns.
 -- Returns the minutes rolled up. Reads history one index range a stage; writes finished_hours and
 -- the clock row. Internal: called by maintain().
 CREATE OR REPLACE FUNCTION queue._roll_up_hours(now timestamptz)
@@ -13,6 +13,8 @@ CREATE OR REPLACE FUNCTION queue._roll_up_hours(now timestamptz)
     LANGUAGE plpgsql
     VOLATILE
     SET search_path = pg_catalog, pg_temp
+    -- A rotation in another session holds queue.history (ACCESS EXCLUSIVE) to its commit: skip a round.
+    SET lock_timeout = '100ms'
 AS $$
 DECLARE
     v_key  CONSTANT bigint := pg_catalog.hashtextextended('skiplock.roll_up_hours', 0);
@@ -33,19 +35,23 @@ BEGIN
     END IF;
     v_from := GREATEST(v_from, pg_catalog.date_trunc('hour', v_to, 'UTC') - interval '8 days');
     v_to := LEAST(v_to, v_from + interval '1 day');
-    INSERT INTO queue.finished_hours AS f (stage, hour, status, runs, timed, run_time)
-    SELECT h.stage, pg_catalog.date_trunc('hour', h.finished, 'UTC'), h.status, pg_catalog.count(*),
-           pg_catalog.count(h.started), coalesce(pg_catalog.sum(h.finished - h.started), interval '0')
-      FROM queue.history h
-     WHERE h.stage = ANY (ARRAY(SELECT s.stage FROM queue._history_stages() AS s(stage)))  -- the index's leading column
-       AND h.finished >= v_from AND h.finished < v_to
-     GROUP BY 1, 2, 3
-    ON CONFLICT ON CONSTRAINT finished_hours_pkey DO UPDATE
-       SET runs = f.runs + excluded.runs, timed = f.timed + excluded.timed, run_time = f.run_time + excluded.run_time;
-    IF pg_catalog.date_trunc('hour', v_from, 'UTC') <> pg_catalog.date_trunc('hour', v_to, 'UTC') THEN
-        DELETE FROM queue.finished_hours f WHERE f.hour < pg_catalog.date_trunc('hour', v_to, 'UTC') - interval '8 days';
-    END IF;
-    UPDATE queue.finished_hours_clock SET rolled_to = v_to;
+    BEGIN
+        INSERT INTO queue.finished_hours AS f (stage, hour, status, runs, timed, run_time)
+        SELECT h.stage, pg_catalog.date_trunc('hour', h.finished, 'UTC'), h.status, pg_catalog.count(*),
+               pg_catalog.count(h.started), coalesce(pg_catalog.sum(h.finished - h.started), interval '0')
+          FROM queue.history h
+         WHERE h.stage = ANY (ARRAY(SELECT s.stage FROM queue._history_stages() AS s(stage)))  -- the index's leading column
+           AND h.finished >= v_from AND h.finished < v_to
+         GROUP BY 1, 2, 3
+        ON CONFLICT ON CONSTRAINT finished_hours_pkey DO UPDATE
+           SET runs = f.runs + excluded.runs, timed = f.timed + excluded.timed, run_time = f.run_time + excluded.run_time;
+        IF pg_catalog.date_trunc('hour', v_from, 'UTC') <> pg_catalog.date_trunc('hour', v_to, 'UTC') THEN
+            DELETE FROM queue.finished_hours f WHERE f.hour < pg_catalog.date_trunc('hour', v_to, 'UTC') - interval '8 days';
+        END IF;
+        UPDATE queue.finished_hours_clock SET rolled_to = v_to;
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN 0;  -- nothing written; the next call rolls these minutes up
+    END;
     RETURN (pg_catalog.date_part('epoch', v_to - v_from) / 60)::integer;
 END
 $$;

@@ -23,20 +23,9 @@ CREATE OR REPLACE FUNCTION queue.live_counts(sample_pages integer DEFAULT 500)
 AS $$
 DECLARE
     v_hidden text[] := queue._hidden_stages();
-    v_pages  bigint := pg_catalog.pg_relation_size('queue.live_tasks'::regclass)
-                       / pg_catalog.current_setting('block_size')::bigint;
-    v_pct    double precision;
+    v_pct    double precision := queue._sample_percent('live_counts', live_counts.sample_pages);
     v_exact  boolean;  -- running counted exactly: at most 5,000 of them, or no sample
 BEGIN
-    IF live_counts.sample_pages IS NULL OR live_counts.sample_pages < 1 THEN
-        RAISE EXCEPTION 'sample_pages must be 1 or more'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('live_counts was called with sample_pages %s.',
-                                             coalesce(live_counts.sample_pages::text, 'NULL')),
-                  HINT = 'Leave it out for the default of 500 pages.';
-    END IF;
-    -- On Citus the coordinator's own table is empty (the rows are in the shards): 0 pages, exact.
-    v_pct := LEAST(100, 100 * live_counts.sample_pages::double precision / GREATEST(v_pages, 1));
     v_exact := v_pct >= 100 OR (SELECT pg_catalog.count(*) FROM (SELECT FROM queue.live_tasks t WHERE t.status = 'running'
                                                                    LIMIT 5001) r) <= 5000;
     RETURN QUERY

@@ -7,7 +7,7 @@
 -- fatal part is exact, one index range a stage of history. queue.errors counts everything, at the
 -- price of reading every live task and all retained history. Stages the caller was not granted
 -- (_hidden_stages) are left out. Reads live_tasks and history; locks and writes nothing. Raises
--- 22023 for since NULL or negative, or sample_pages NULL or below 1.
+-- 22023 for since NULL, negative or over 100 years, or sample_pages NULL or below 1.
 CREATE OR REPLACE FUNCTION queue.recent_errors(for_stage text DEFAULT NULL, since interval DEFAULT interval '1 hour',
                                                sample_pages integer DEFAULT 500)
     RETURNS TABLE (stage text, error text, tasks bigint, last_seen timestamptz, estimated boolean)
@@ -15,32 +15,21 @@ CREATE OR REPLACE FUNCTION queue.recent_errors(for_stage text DEFAULT NULL, sinc
     STABLE
     SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
-    -- The indexes, whatever the statistics say (a running index read when a tenth of the rows
-    -- run beats a pass over all of them), and no parallel workers taking the workers' CPU.
+    -- The indexes, whatever the statistics say (the claim index for one stage's errors, history's
+    -- by stage and finish time), and no parallel workers taking the workers' CPU.
     SET enable_seqscan = off
     SET max_parallel_workers_per_gather = 0
 AS $$
 DECLARE
     v_hidden text[] := queue._hidden_stages();
-    v_pages  bigint := pg_catalog.pg_relation_size('queue.live_tasks'::regclass)
-                       / pg_catalog.current_setting('block_size')::bigint;
-    v_pct    double precision;
+    v_pct    double precision := queue._sample_percent('recent_errors', recent_errors.sample_pages);
 BEGIN
-    IF recent_errors.since IS NULL OR recent_errors.since < interval '0' THEN
-        RAISE EXCEPTION 'since must be an interval of 0 or more'
+    IF recent_errors.since IS NULL OR recent_errors.since < interval '0' OR recent_errors.since > interval '100 years' THEN
+        RAISE EXCEPTION 'since must be an interval from 0 to 100 years'
             USING ERRCODE = '22023',
                   DETAIL = pg_catalog.format('recent_errors was called with since %s.', coalesce(recent_errors.since::text, 'NULL')),
                   HINT = 'Leave it out for the last hour.';
     END IF;
-    IF recent_errors.sample_pages IS NULL OR recent_errors.sample_pages < 1 THEN
-        RAISE EXCEPTION 'sample_pages must be 1 or more'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('recent_errors was called with sample_pages %s.',
-                                             coalesce(recent_errors.sample_pages::text, 'NULL')),
-                  HINT = 'Leave it out for the default of 500 pages.';
-    END IF;
-    -- On Citus the coordinator's own table is empty (the rows are in the shards): 0 pages, exact.
-    v_pct := LEAST(100, 100 * recent_errors.sample_pages::double precision / GREATEST(v_pages, 1));
     RETURN QUERY
     SELECT e.stage, e.error_text, pg_catalog.round(pg_catalog.sum(e.tasks))::bigint, pg_catalog.max(e.seen),
            pg_catalog.bool_or(e.estimated)

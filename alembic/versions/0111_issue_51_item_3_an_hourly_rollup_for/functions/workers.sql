@@ -10,8 +10,8 @@ CREATE OR REPLACE FUNCTION queue.workers()
     STABLE
     SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
-    -- The indexes, whatever the statistics say (a running index read when a tenth of the rows
-    -- run beats a pass over all of them), and no parallel workers taking the workers' CPU.
+    -- The running index, whatever the statistics say, and no parallel workers taking the workers'
+    -- CPU.
     SET enable_seqscan = off
     SET max_parallel_workers_per_gather = 0
 AS $$

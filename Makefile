@@ -35,7 +35,7 @@ docs: venv
 screenshots: system-packages venv
 	SKIPLOCK_SCREENSHOTS=$(CURDIR)/docs $(PY) -m pytest tests/py/test_web.py -q -n 0 -k screenshots
 
-## bench-web: what the dashboard costs: each page's time and a live refresh's database time on a large queue (bench/web.py)
+## bench-web: what the dashboard costs: each page's time, a live refresh's database time on a large queue, workers' throughput with it open (bench/web.py)
 bench-web: venv
 	$(PY) -m bench.web $(BENCH_WEB_ARGS)
 
@@ -43,9 +43,10 @@ bench-web: venv
 bench-scale: venv-bench
 	$(PY) -m bench.scale $(BENCH_SCALE_ARGS)
 
-## bench: pgbench workloads against the machine's own ceiling; writes bench/RESULTS.md
+## bench: pgbench workloads against the machine's own ceiling; writes bench/RESULTS.md; then what the dashboard costs, bench/WEB.md
 bench: venv-bench
 	$(PY) -m bench.run $(BENCH_ARGS)
+	$(PY) -m bench.web --throughput 30 --out bench/WEB.md $(BENCH_WEB_ARGS)
 
 ## bench-peers: skiplock beside Graphile Worker, Procrastinate and PgQ, one cluster, one run; writes bench/PEERS.md
 # Through the worker libraries instead (skiplock's Python client, PgQueuer's QueueManager, Procrastinate's worker, no-op

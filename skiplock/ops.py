@@ -1,8 +1,9 @@
 """The operator's reads and actions, shared by `skiplock web` and the CLI verbs (cmd_ops).
 
 Every read is one or two queries on what skiplock_monitor may read (queue.tasks,
-queue.stage_config, queue.hourly, queue.errors, queue.schedules, and queue._history_stages(), which
-the views call); every action is a call of a
+queue.stage_config, queue.hourly, queue.schedules, queue.live_counts(), queue.workers(),
+queue.recent_errors(), and
+queue._history_stages(), which the views call); every action is a call of a
 queue.* function (retry, cancel, set_priority, configure_stage, run_schedule_now) in one short
 transaction on the caller's connection, as the login the user gave: the database decides who may
 do what, and a role without the right gets its 42501.
@@ -55,32 +56,27 @@ def who(conn: psycopg.Connection) -> Who:
 
 
 def overview(conn: psycopg.Connection) -> list[dict[str, Any]]:
-    """One row a visible stage: live counts and lag (one pass over the live tasks), the last minute's
-    finishes (one range scan of history's (stage, finished) index), pause and limits."""
+    """One row a visible stage (configured, with live tasks or schedules, or with runs in the last
+    day): live counts and lag (queue.live_counts: exact on a small table, from a block sample on a
+    large one, with estimated true), the last minute's finishes (one range scan of history's
+    (stage, finished) index), pause and limits."""
     cur = conn.cursor(row_factory=dict_row)
     return cur.execute(f"""
         WITH {HIDDEN},
         config AS MATERIALIZED (   -- read once (it probes every stage of the live tasks), not once a join
             SELECT c.stage, c.paused, c.max_running, c.group_limit, c.restricted FROM queue.stage_config c),
+        live AS MATERIALIZED (   -- estimated from a sample on a large table (queue.live_counts), running exact
+            SELECT l.stage, l.ready, l.scheduled, l.running, l.error, l.lag, l.estimated
+              FROM queue.live_counts() l),
         stages AS (
             SELECT st.stage, coalesce(c.paused, d.paused) AS paused, coalesce(c.max_running, d.max_running) AS max_running,
                    coalesce(c.group_limit, d.group_limit) AS group_limit, coalesce(c.restricted, false) AS restricted
               FROM (SELECT c.stage FROM config c WHERE c.stage <> '*'
                     UNION
-                    SELECT h.stage FROM queue._history_stages() AS h(stage)) st
+                    SELECT l.stage FROM live l) st
               LEFT JOIN config c ON c.stage = st.stage
               LEFT JOIN config d ON d.stage = '*'
              WHERE st.stage NOT IN (SELECT x.stage FROM hidden x)),
-        live AS (
-            SELECT t.stage,
-                   pg_catalog.count(*) FILTER (WHERE t.status = 'ready' AND t.run_at <= pg_catalog.now()) AS ready,
-                   pg_catalog.count(*) FILTER (WHERE t.status = 'ready' AND t.run_at > pg_catalog.now()) AS scheduled,
-                   pg_catalog.count(*) FILTER (WHERE t.status = 'running') AS running,
-                   pg_catalog.count(*) FILTER (WHERE t.status = 'error') AS error,
-                   pg_catalog.max(pg_catalog.now() - t.run_at) FILTER (WHERE t.status <> 'running' AND t.run_at <= pg_catalog.now()) AS lag
-              FROM queue.tasks t
-             WHERE t.finished IS NULL
-             GROUP BY t.stage),
         recent AS (
             SELECT t.stage,
                    pg_catalog.count(*) FILTER (WHERE t.status = 'done') AS done,
@@ -93,7 +89,7 @@ def overview(conn: psycopg.Connection) -> list[dict[str, Any]]:
              GROUP BY t.stage)
         SELECT s.stage, s.paused, s.max_running, s.group_limit, s.restricted,
                coalesce(l.ready, 0) AS ready, coalesce(l.scheduled, 0) AS scheduled, coalesce(l.running, 0) AS running,
-               coalesce(l.error, 0) AS error, l.lag,
+               coalesce(l.error, 0) AS error, l.lag, coalesce(l.estimated, false) AS estimated,
                coalesce(r.done, 0) AS done_per_min, coalesce(r.fatal, 0) AS failed_per_min,
                coalesce(r.cancelled, 0) AS cancelled_per_min
           FROM stages s
@@ -199,14 +195,17 @@ def task(conn: psycopg.Connection, task_id: int) -> list[dict[str, Any]]:
          ORDER BY t.finished NULLS LAST, t.created""", (task_id,)).fetchall()
 
 
-def errors(conn: psycopg.Connection, stage: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
-    """Failures grouped by stage and error text (queue.errors), most recent first."""
+def errors(conn: psycopg.Connection, stage: str | None = None, limit: int = 200,
+           since: dt.timedelta = dt.timedelta(hours=1)) -> list[dict[str, Any]]:
+    """Failures grouped by stage and error text, most recent first: live tasks waiting for a retry
+    and fatal runs of the last `since` (queue.recent_errors: bounded on a large queue; the live part
+    estimated from a sample there unless a stage is given)."""
     cur = conn.cursor(row_factory=dict_row)
     return cur.execute(f"""
         WITH {HIDDEN}
-        SELECT e.stage, e.error, e.tasks, e.last_seen FROM queue.errors e
-         WHERE e.stage NOT IN (SELECT x.stage FROM hidden x) AND (%(stage)s::text IS NULL OR e.stage = %(stage)s)
-         ORDER BY e.last_seen DESC LIMIT %(limit)s""", {"stage": stage, "limit": limit}).fetchall()
+        SELECT e.stage, e.error, e.tasks, e.last_seen, e.estimated FROM queue.recent_errors(%(stage)s, %(since)s) e
+         WHERE e.stage NOT IN (SELECT x.stage FROM hidden x)
+         ORDER BY e.last_seen DESC LIMIT %(limit)s""", {"stage": stage, "since": since, "limit": limit}).fetchall()
 
 
 def schedules(conn: psycopg.Connection) -> list[dict[str, Any]]:
@@ -251,12 +250,10 @@ def workers(conn: psycopg.Connection) -> list[dict[str, Any]]:
     cur = conn.cursor(row_factory=dict_row)
     return cur.execute(f"""
         WITH {HIDDEN}
-        SELECT t.worker, t.stage, pg_catalog.count(*) AS running, pg_catalog.min(t.started) AS since,
-               pg_catalog.min(t.lease_expires) AS lease_expires,
-               pg_catalog.count(*) FILTER (WHERE t.lease_expires < pg_catalog.now()) AS expired
-          FROM queue.tasks t
-         WHERE t.finished IS NULL AND t.status = 'running' AND t.stage NOT IN (SELECT x.stage FROM hidden x)
-         GROUP BY t.worker, t.stage ORDER BY t.worker, t.stage""").fetchall()
+        SELECT w.worker, w.stage, w.running, w.since, w.lease_expires, w.expired
+          FROM queue.workers() w   -- the running index (queue.tasks' status can use none)
+         WHERE w.stage NOT IN (SELECT x.stage FROM hidden x)
+         ORDER BY w.worker, w.stage""").fetchall()
 
 
 # ---- actions: each one short transaction of queue.* calls, as the login ----

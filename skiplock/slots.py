@@ -236,7 +236,8 @@ class Maintainer(threading.Thread):
                         self.conn = connect.connect(sh.url, connect_timeout=CONNECT_TIMEOUT)
                     rows = maintain_once(self.conn)
                     for task, count, detail in rows or ():
-                        if count and not sh.args.quiet:
+                        # roll_up_hours counts every minute's runs: routine, not news.
+                        if count and not sh.args.quiet and task != "roll_up_hours":
                             sh.log(f"maintain: {task} {count}" + (f" ({detail})" if detail else ""))
                 except psycopg.Error as e:
                     if e.sqlstate == "42501":

@@ -120,7 +120,7 @@ BASELINE: dict[str, Any] = {
     "name": "h.schedule", "cron": "*/5 * * * *", "priority": 0, "role": "skiplock_worker", "now": "2030-01-01 00:00:00+00",
 }
 # Functions without arguments: nothing hostile to give, but each is still called once.
-NO_ARGUMENTS = {"reap_hung", "cancel_overdue_sql_tasks", "compact", "distribute", "maintain_now"}
+NO_ARGUMENTS = {"reap_hung", "cancel_overdue_sql_tasks", "compact", "distribute", "maintain_now", "workers"}
 
 # SQLSTATEs a function raises that docs/errors.md does not list for it: (function, sqlstate) ->
 # why. A gap here is a documentation (or function) bug reported to the owner; when it is fixed,

@@ -365,7 +365,27 @@ def test_a_second_rotation_returns_at_once_while_one_runs(rot_db: str):
             # maintain() in another session, an hour later, sees the rotation is due but leaves
             # it to the session that holds the lock, and still reaps.
             got = second.execute("SELECT task, count, detail FROM queue.maintain(now() + interval '1 hour')"
-                                 " WHERE task NOT IN ('compact', 'stage_waiters')").fetchall()
+                                 " WHERE task NOT IN ('compact', 'stage_waiters', 'roll_up_hours')").fetchall()
             assert got == [("reap_hung", 0, "no expired lease"),
                            ("fire_schedules", 0, "no schedule due"),
                            ("rotate_partitions", 0, "due, but another session is rotating")]
+
+
+def test_the_roll_up_skips_a_round_while_another_session_holds_history(rot_db: str):
+    """maintain()'s roll_up_hours step (_roll_up_hours) waits at most 100 ms for queue.history (a
+    rotation in another session holds it ACCESS EXCLUSIVE to its commit): it skips the round,
+    writing nothing, and the next call rolls the minutes up. (reap_hung, before it in maintain(),
+    waits for that lock as it always has.)"""
+    with psycopg.connect(rot_db, autocommit=True) as holder, \
+            psycopg.connect(rot_db, autocommit=True) as conn:
+        conn.execute("SET statement_timeout = '60s'")
+        conn.execute("UPDATE queue.finished_hours_clock SET rolled_to = NULL")  # due: never rolled up
+        with holder.transaction():
+            holder.execute("LOCK TABLE queue.history IN ACCESS EXCLUSIVE MODE")
+            t0 = time.monotonic()
+            got = conn.execute("SELECT queue._roll_up_hours(now())").fetchall()
+            assert time.monotonic() - t0 < 30.0
+            assert got == [(0,)]
+            assert conn.execute("SELECT rolled_to FROM queue.finished_hours_clock").fetchone() == (None,)
+        got = conn.execute("SELECT count FROM queue.maintain() WHERE task = 'roll_up_hours'").fetchall()
+        assert got == [(1440,)]  # a day at most a call, from 8 days back

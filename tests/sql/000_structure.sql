@@ -51,7 +51,10 @@ SELECT set_eq(
         'queue.take_next(text[],integer,interval,text)',
         'queue.task_timeout(text)',
         'queue.unschedule(text)',
-        'queue.worker_settings(text)'
+        'queue.worker_settings(text)',
+        'queue.live_counts(integer)',
+        'queue.recent_errors(text,interval,integer)',
+        'queue.workers()'
     ],
     'the public functions of schema queue are exactly the documented API, with these signatures'
 );
@@ -93,9 +96,12 @@ SELECT is_empty(
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",plan_cache_mode=force_generic_plan,enable_seqscan=off}')
          AND NOT (p.oid = 'queue.reap_hung()'::regprocedure
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",enable_seqscan=off}')
+         AND NOT (p.oid IN ('queue.live_counts(integer)'::regprocedure, 'queue.recent_errors(text,interval,integer)'::regprocedure,
+                            'queue.workers()'::regprocedure)
+                  AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",enable_seqscan=off,max_parallel_workers_per_gather=0}')
          -- compact and rotate_partitions wait a bounded time for their locks: a queue of takes or
          -- finishes forms behind the wait.
-         AND NOT (p.oid = 'queue.compact()'::regprocedure
+         AND NOT (p.oid IN ('queue.compact()'::regprocedure, 'queue._roll_up_hours(timestamp with time zone)'::regprocedure)
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",lock_timeout=100ms}')
          -- Partition bounds are written and read as text, in a DateStyle that round-trips.
          AND NOT (p.oid = 'queue.rotate_partitions(timestamptz)'::regprocedure
@@ -120,7 +126,7 @@ SELECT is_empty(
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",TimeZone=UTC}')
          -- A procedure with a SET clause cannot COMMIT; run_sql_tasks qualifies every name.
          AND p.oid <> 'queue.run_sql_tasks(text,integer,text,integer)'::regprocedure$$,
-    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next, take_locked, consume, finish, fail and release add plan_cache_mode=force_generic_plan, finish_batch that and enable_seqscan=off, reap_hung enable_seqscan=off, compact and rotate_partitions lock_timeout=100ms, rotate_partitions and _history_partitions DateStyle=ISO, YMD, _mark_waiting lock_timeout=10ms, _cron_next and _next_slot TimeZone=UTC, _held_entry, _history_row, _settings and _live_row_ok none) (listed: those that do not)'
+    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next, take_locked, consume, finish, fail and release add plan_cache_mode=force_generic_plan, finish_batch that and enable_seqscan=off, reap_hung enable_seqscan=off, live_counts, recent_errors and workers that and max_parallel_workers_per_gather=0, compact, _roll_up_hours and rotate_partitions lock_timeout=100ms, rotate_partitions and _history_partitions DateStyle=ISO, YMD, _mark_waiting lock_timeout=10ms, _cron_next and _next_slot TimeZone=UTC, _held_entry, _history_row, _settings and _live_row_ok none) (listed: those that do not)'
 );
 
 -- Comments: what \df+ and \d+ show a DBA.
@@ -253,8 +259,9 @@ SELECT is_empty(
         FROM pg_catalog.pg_proc p
        WHERE p.pronamespace = 'queue'::regnamespace
          AND pg_catalog.has_function_privilege('skiplock_monitor', p.oid, 'EXECUTE')
-         AND p.proname NOT IN ('_hidden_stages', '_history_stages', '_live_stages')  -- what its views call$$,
-    'skiplock_monitor may execute no function of queue but the three its views call (_hidden_stages, _history_stages, _live_stages)'
+         AND p.proname NOT IN ('_hidden_stages', '_history_stages', '_live_stages')  -- what its views call
+         AND p.proname NOT IN ('live_counts', 'recent_errors', 'workers')  -- the dashboard's bounded reads$$,
+    'skiplock_monitor may execute no function of queue but the three its views call (_hidden_stages, _history_stages, _live_stages) and the dashboard''s live_counts, recent_errors and workers'
 );
 
 SELECT set_eq(

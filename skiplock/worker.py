@@ -11,7 +11,8 @@
 
     worker.run(install_signals=True)     # until SIGTERM / Ctrl-C / worker.stop()
 
-The loop (the only one in the package: clients/python/worker.py is a script over it): take up to
+The loop (the only one in the package: `skiplock worker`, skiplock/cmd_worker.py, and
+clients/python/worker.py are layers over it): take up to
 `batch` tasks from every stage that has a handler (queue.take_next(stage), or take_next(stages[])
 round robin for several stages or a prefix 'tenant.*'), run each in a thread of its own, at most
 `concurrency` at a time, then queue.finish (result, next stage), queue.fail (by the exception:
@@ -24,13 +25,25 @@ error that passes by waiting (skiplock.errors.transient) is retried with backoff
 to 5 s), a finish or fail for as long as the task's lease holds; what waiting does not cure (a
 refused login, a revoked grant, skiplock missing) ends run() with Refused. Unless maintain_every is
 0, a thread runs queue.maintain_now() so that a dead worker's tasks come back with no `skiplock
-maintain` beside. A handler past its task_timeout (the stage's configure_stage(task_timeout), or
-the argument) has its attempt failed and its slot freed (the thread cannot be killed: its result
-is dropped). stop(): no more takes; handlers in hand get shutdown_timeout seconds, then their
-tasks are released (back at once, the attempt not counted). transactional=True runs each batch in
+maintain` beside. The stages' queue.worker_settings are read at most every 30 s: their
+task_timeout, and whether they are paused (one log line when a stage is paused, one when resumed).
+A handler past its time limit (task_timeout, the argument, else the stage's), whose lease is
+lost, or still running shutdown_timeout after stop() is cancelled: Task.cancelled() says why
+("timeout", "lost", "shutdown"), and the worker waits cancel_wait seconds (0 by default) for it
+to return: a handler that can stop what it runs (a subprocess: `skiplock worker`) watches it.
+Then a timed-out attempt fails (with the handler's own error if it raised one), a lost one records
+nothing, one cut short by the shutdown is released; a handler still running has its slot freed
+(a thread cannot be killed: its result is dropped). stop(): no more takes; stop(now=True), or a
+second SIGTERM/SIGINT, cuts the tasks in hand short at once. Interrupted (raised by a handler)
+releases the task, back at once, the attempt not counted. until_empty=True returns once nothing
+is due and nothing is in hand (queue.maintain_now() once first, so expired leases count).
+on_end(task, Ending) is called for each task's end (finished, failed, fatal, snoozed, released,
+lost, unrecorded), for a log line or a metric; counters counts them. raw_payload=True gives the
+payload as the JSON text the server sent. transactional=True runs each batch in
 one transaction (take_locked / finish_locked / fail_locked): task.conn is that transaction, for a
 handler whose writes must commit with the task's end. Every failure is logged on logger
-"skiplock.worker" with extra={"task_id", "stage", "attempt", "error"}.
+"skiplock.worker.task" (a child of "skiplock.worker", the worker's own lines) with
+extra={"task_id", "stage", "attempt", "error"}.
 
 Async handlers (`async def`) run on one event loop thread of the worker, so `concurrency` of them
 wait at once at the cost of one thread each only while they run; past its time limit, or past
@@ -81,12 +94,13 @@ class Task:
     stage: str
     conn: psycopg.Connection | None = None   # transactional mode: the batch's transaction
     timeout: float | None = None   # the handler's time limit, seconds (task_timeout), None for none
-    started: float = field(default_factory=time.monotonic)   # when it was taken (time.monotonic())
+    started: float = field(default_factory=time.monotonic)   # when its handler started (time.monotonic())
     cancel_reason: str | None = None   # why the handler should end now: "timeout", "lost" or "shutdown"
     cancel_detail: str = ""            # for "shutdown": when, e.g. "after the shutdown timeout of 30 s"
     _progress: Callable[[Any], bool] | None = field(default=None, repr=False)
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
-    _settled: bool = field(default=False, repr=False)   # released by the shutdown: its thread records nothing
+    _settled: bool = field(default=False, repr=False)   # its end is being recorded (by its thread or the shutdown)
+    _settling: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def progress(self, value: Any) -> bool:
         """Store value (JSON) as the running task's progress and extend its lease; False when the
@@ -101,6 +115,12 @@ class Task:
         watches this; the worker waits Worker(cancel_wait=…) seconds for it to return."""
         self._cancel.wait(wait)
         return self.cancel_reason
+
+    def _settle(self) -> bool:
+        """Claim the recording of this task's end: True once, for its thread or the shutdown."""
+        with self._settling:
+            first, self._settled = not self._settled, True
+        return first
 
     def _cancel_now(self, reason: str, detail: str = "") -> None:
         if not self._cancel.is_set():
@@ -173,8 +193,8 @@ class Ending:
     """How one task ended, given to Worker(on_end=…) once its end is recorded (or given up):
     what is finished, failed, fatal, snoozed, released, lost (the lease was no longer ours:
     nothing recorded) or unrecorded (the server could not be reached: left to its lease); error
-    is the error text stored (failed, fatal) or the reason (released, unrecorded); seconds since the
-    task was taken; cause is the exception behind an unrecorded end."""
+    is the error text stored (failed, fatal) or the reason (released, unrecorded); seconds since its
+    handler started; cause is the exception behind an unrecorded end."""
     what: str
     error: str | None = None
     seconds: float = 0.0
@@ -242,7 +262,9 @@ class _Db:
         self.listening = False
         self.prepares = False   # the connection prepares statements (made before a pooler was found)
 
-    def connected(self) -> psycopg.Connection:
+    def connected(self, holds: Callable[[], bool] | None = None) -> psycopg.Connection:
+        """The connection, made again if it is gone: a failed attempt is retried with backoff until
+        the worker stops or holds() (the statement's: a finish's lease) says no more (Unreachable)."""
         delay, failed = BACKOFF_FIRST, False
         if self.prepares and not self.worker.sessions:  # another connection found the pooler: prepare no more
             self.close()
@@ -263,7 +285,7 @@ class _Db:
                     conn.close()
                 if refused_login(e) or not transient(e):
                     raise Refused(f"{self.role} connection: {_one_line(e)}") from e
-                if self.halt.is_set():
+                if self.halt.is_set() or (holds is not None and not holds()):
                     raise Unreachable(f"{self.role} connection: {_one_line(e)}") from e
                 log.warning("%s: cannot connect (%s); retrying in %g s", self.role, _one_line(e), delay,
                             extra={"error": _one_line(e)})
@@ -287,7 +309,7 @@ class _Db:
             holds = lambda: not self.halt.is_set()  # noqa: E731
         delay = BACKOFF_FIRST
         while True:
-            conn = self.connected()
+            conn = self.connected(holds if self.role == "finish" else None)   # a finish gives up with its lease
             try:
                 cur = conn.execute(query, params)
                 return cur.fetchall() if cur.description else []
@@ -758,7 +780,8 @@ class Worker:
                     if deadline is not None and time.monotonic() >= deadline:
                         task._cancel_now("timeout")
                         break
-                    inner.join(0.05 if deadline is None else min(0.05, max(deadline - time.monotonic(), 0.0)))
+                    # Ends at once with the handler; a lost lease or the shutdown is seen within 0.5 s.
+                    inner.join(0.5 if deadline is None else min(0.5, max(deadline - time.monotonic(), 0.0)))
                 if task._cancel.is_set():
                     inner.join(self.cancel_wait)   # a handler that watches Task.cancelled() ends in it
                     if inner.is_alive():
@@ -833,7 +856,7 @@ class Worker:
         """finish, fail or release the task with its lease, retried while the lease holds. A task
         cut short by the shutdown is released whatever its handler raised."""
         extra = {"task_id": task.id, "stage": task.stage, "attempt": task.attempt}
-        if task._settled:   # the shutdown released it meanwhile
+        if not task._settle():   # the shutdown released it meanwhile
             return
         if self._heartbeat.lost(task.id):
             log_task.warning("lease lost on %s: dropping the result", task.id, extra=extra)
@@ -918,17 +941,18 @@ class Worker:
                 self._slots.wait(min(0.5, max(0.0, cancel_end - time.monotonic())))
             left = list(self._running.values())
         for task, _ in left:
-            task._settled = True
+            if not task._settle():   # its thread is recording its end right now
+                continue
             self._heartbeat.done(task.id)   # its result, if it comes, is dropped
             future = self._futures.get(task.id)
             if future is not None:   # an async handler is cancelled; a thread cannot be
                 future.cancel()
             try:
-                db.query("SELECT queue.release(id => %s, lease => %s, stage => %s)", (task.id, task.lease, task.stage),
-                         holds=lambda: False)
-                log_task.warning("task %s still running %s: released", task.id, self._why,
+                ok = db.query("SELECT queue.release(id => %s, lease => %s, stage => %s)",
+                              (task.id, task.lease, task.stage), holds=lambda: False)[0][0]
+                log_task.warning("task %s still running %s: %s", task.id, self._why, "released" if ok else "lease lost",
                                  extra={"task_id": task.id, "stage": task.stage})
-                self._ended(task, "released", f"still running {self._why}")
+                self._ended(task, "released" if ok else "lost", f"still running {self._why}")
             except (psycopg.Error, Unreachable, Refused) as e:
                 log_task.warning("task %s not released (%s): its lease runs out", task.id, e)
                 self._ended(task, "unrecorded", str(e), e.__cause__ or e)

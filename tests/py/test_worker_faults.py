@@ -90,28 +90,35 @@ def all_done_once(conn: psycopg.Connection, stage: str, n: int) -> None:
     assert conn.execute("SELECT max(attempt) FROM queue.tasks WHERE stage = %s", (stage,)).fetchone()[0] == 1
 
 
-def test_a_share_lock_past_the_statement_timeout_stops_no_slot(url: str, conn: psycopg.Connection) -> None:
+def test_a_share_lock_past_the_statement_timeout_stops_no_slot(url: str, conn: psycopg.Connection,
+                                                               tmp_path: Path) -> None:
     """A DBA holds SHARE on queue.live_tasks for 5 s while the worker's login has
-    statement_timeout = 1s: takes and finishes time out (57014), are retried, and every slot goes on."""
+    statement_timeout = 1s: takes and finishes time out (57014), are retried, and the worker goes on
+    with all its slots: afterwards four commands run at once."""
     w_url = login(conn, url, "wf_timeout", "statement_timeout = '1s'")
     enqueue(conn, "wf.share", 400)
-    proc = worker(w_url, "wf.share", "-c", "4", "-q", "--", "sh", "-c", "sleep 0.02")
+    # A task {"block": 1} marks that its command runs, then waits for the file "go".
+    script = (f'p=$(cat); case "$p" in *block*) touch "{tmp_path}/$SKIPLOCK_TASK_ID"; '
+              f'while [ ! -e "{tmp_path}/go" ]; do sleep 0.05; done;; *) sleep 0.02;; esac')
+    proc = worker(w_url, "wf.share", "-c", "4", "-q", "--", "sh", "-c", script)
     try:
         wait_for(lambda: counts(conn, "wf.share").get("done", 0) >= 20)
         with conn.transaction():
             conn.execute("LOCK TABLE queue.live_tasks IN SHARE MODE")
             time.sleep(5)
-        locked = conn.execute("SELECT now()").fetchone()[0]
         wait_for(lambda: counts(conn, "wf.share") == {"done": 400})
-        # No slot died: all four finished tasks after the lock.
-        slots_after = conn.execute("SELECT count(DISTINCT worker) FROM queue.tasks WHERE stage = 'wf.share' "
-                                   "AND finished > %s", (locked,)).fetchone()[0]
-        assert slots_after == 4
+        # No slot was lost: four commands run at once after the lock (the CLI once had a thread
+        # per slot, each with its worker name; the library runs them in one worker).
+        enqueue(conn, "wf.share", 4, {"block": 1})
+        wait_for(lambda: len(list(tmp_path.iterdir())) == 4)
+        (tmp_path / "go").touch()
+        wait_for(lambda: counts(conn, "wf.share") == {"done": 404})
         assert proc.poll() is None
     finally:
+        (tmp_path / "go").touch()
         err = stop(proc) if proc.poll() is None else proc.communicate()[1]
     assert "canceling statement due to statement timeout" in err and "retrying" in err, err
-    all_done_once(conn, "wf.share", 400)
+    all_done_once(conn, "wf.share", 404)
 
 
 def test_a_lock_timeout_against_compact_is_retried(url: str, conn: psycopg.Connection) -> None:
@@ -181,22 +188,29 @@ def test_a_disk_full_on_finish_is_retried_while_the_lease_holds(url: str, conn: 
     all_done_once(conn, "wf.disk", 300)
 
 
-def test_too_many_connections_are_waited_out_and_the_reason_is_logged(url: str, conn: psycopg.Connection) -> None:
-    """A login limited to one connection: the second slot cannot connect (53300); it says the
-    server's reason and retries; once the limit is lifted both slots work."""
+def test_too_many_connections_are_waited_out_and_the_reason_is_logged(url: str, conn: psycopg.Connection,
+                                                                      tmp_path: Path) -> None:
+    """A login limited to one connection: the worker takes on its first, then cannot open the one
+    it finishes on (53300); it says the server's reason and retries; once the limit is lifted
+    every task is done once. (The CLI's slots, one connection each, once worked on one
+    connection; the library's worker needs one to take, one to finish and one to heartbeat.)"""
     w_url = login(conn, url, "wf_limit", limit=1)
     enqueue(conn, "wf.limit", 50)
-    proc = worker(w_url, "wf.limit", "-c", "2", "-q", "--no-maintain", "--", "true")
-    try:
-        wait_for(lambda: counts(conn, "wf.limit") == {"done": 50})
-        time.sleep(1)
-        conn.execute("ALTER ROLE wf_limit CONNECTION LIMIT -1")
-        enqueue(conn, "wf.limit", 2, {"sleep": 1})
-        wait_for(lambda: counts(conn, "wf.limit").get("done", 0) == 52)
-    finally:
-        err = stop(proc) if proc.poll() is None else proc.communicate()[1]
+    log = tmp_path / "worker.log"
+    with log.open("w") as out:
+        proc = worker(w_url, "wf.limit", "-c", "2", "-q", "--no-maintain", "--", "true", stderr=out)
+        try:
+            wait_for(lambda: "too many connections for role" in log.read_text())
+            assert counts(conn, "wf.limit").get("done", 0) < 50
+            conn.execute("ALTER ROLE wf_limit CONNECTION LIMIT -1")
+            enqueue(conn, "wf.limit", 2, {"sleep": 1})
+            wait_for(lambda: counts(conn, "wf.limit") == {"done": 52})
+        finally:
+            stop(proc) if proc.poll() is None else proc.wait()
+    err = log.read_text()
     assert "cannot connect (" in err and "too many connections for role" in err, err
     assert "(OperationalError)" not in err
+    all_done_once(conn, "wf.limit", 52)
 
 
 def test_a_login_that_cannot_pass_ends_the_worker_in_one_line(url: str, conn: psycopg.Connection) -> None:

@@ -397,3 +397,31 @@ def test_maintain_now_runs_in_one_session_at_a_time_and_a_worker_login_may_call_
                 worker.execute("SELECT * FROM queue.maintain(now() + interval '1 day')")
     finally:
         conn.execute("DROP ROLE wf_maintainer")
+
+
+def test_the_library_takes_a_prepared_statement_name_reused_under_it_for_a_pooler(url: str) -> None:
+    """c80cf68's CI hang, in the library: behind an unannounced transaction pooler, a statement
+    psycopg prepared meets, on another server connection, another client's statement of the same
+    name: 08P01 "bind message supplies 3 parameters, but prepared statement … requires 1". Here the
+    name is reused on the worker's own server session, which is what the pooler's swap looks like
+    to it. The worker must take it for the pooler (unprepared statements and polling from now on),
+    not for a lost connection (it once reconnected and went on preparing)."""
+    from skiplock.worker import Worker, _Db
+
+    w = Worker(url, {"wf.prepared": lambda task: None})
+    db = _Db(w, "main", threading.Event())
+    query = "SELECT %s::int + %s::int + %s::int"
+    try:
+        for _ in range(8):   # psycopg prepares a statement run 5 times
+            assert db.query(query, (1, 2, 3)) == [(6,)]
+        assert db.conn is not None
+        (name,) = db.conn.execute("SELECT name FROM pg_prepared_statements WHERE cardinality(parameter_types) = 3",
+                                  prepare=False).fetchone()
+        db.conn.execute(f'DEALLOCATE "{name}"', prepare=False)
+        db.conn.execute(f'PREPARE "{name}"(int) AS SELECT $1', prepare=False)   # another client's, same name
+        assert db.query(query, (1, 2, 3)) == [(6,)]
+        assert w.sessions is False, "08P01 on a prepared statement was not taken for a transaction pooler"
+        assert w.counters.reconnects == 0
+        assert db.conn.prepare_threshold is None
+    finally:
+        db.close()

@@ -130,7 +130,7 @@ def maintain_every(args: argparse.Namespace) -> float:
     return min(MAINTAIN_EVERY, args.lease / 3.0) if args.lease else MAINTAIN_EVERY
 
 
-class Console_(logging.Handler):
+class ToConsole(logging.Handler):
     """The library's log lines (logger skiplock.worker) on the console, as the command's own."""
 
     def __init__(self, say: Callable[[str], None]) -> None:
@@ -273,6 +273,8 @@ class Command:
     # -- the log line per task ----------------------------------------------------------------
     def on_end(self, task: Task, end: Ending) -> None:
         intent = self.intent.pop(task.id, "failed")
+        if task.cancel_reason == "shutdown" and intent != "finished":   # the library releases it
+            intent = "released"
         word = {"finished": "done", "failed": "failed", "fatal": "fatal", "snoozed": "snoozed",
                 "released": "released (shutdown)", "lost": "lost", "unrecorded": "unrecorded"}[end.what]
         with self.lock:
@@ -325,7 +327,7 @@ def run(url: str, args: argparse.Namespace) -> int:
                     raw_payload=True)
     command.worker = worker
     library = logging.getLogger("skiplock.worker")
-    console = Console_(command.log)
+    console = ToConsole(command.log)
     library.addHandler(console)
     library.setLevel(logging.WARNING if args.quiet else logging.INFO)
     library.propagate = False

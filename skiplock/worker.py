@@ -440,7 +440,10 @@ class _Maintainer(threading.Thread):
                     if conn is None or conn.closed or conn.broken:
                         conn = psycopg.connect(self.url, autocommit=True, prepare_threshold=None, connect_timeout=5)
                     with conn.transaction():  # no row when another worker runs it now
-                        conn.execute("SELECT * FROM queue.maintain_now()")
+                        rows = conn.execute("SELECT task, count, detail FROM queue.maintain_now()").fetchall()
+                    for task, count, detail in rows:
+                        if count:
+                            log.info("maintain: %s %s%s", task, count, f" ({detail})" if detail else "")
                 except psycopg.Error as e:
                     if e.sqlstate == "42501":
                         log.warning("maintain: %s: this login does not maintain the queue (queue.maintain_now() is "

@@ -96,7 +96,7 @@ class Task:
     timeout: float | None = None   # the handler's time limit, seconds (task_timeout), None for none
     started: float = field(default_factory=time.monotonic)   # when its handler started (time.monotonic())
     cancel_reason: str | None = None   # why the handler should end now: "timeout", "lost" or "shutdown"
-    cancel_detail: str = ""            # for "shutdown": when, e.g. "after the shutdown timeout of 30 s"
+    cancel_detail: str = ""            # for "shutdown": when, e.g. "after the shutdown timeout (30 s)"
     _progress: Callable[[Any], bool] | None = field(default=None, repr=False)
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
     _settled: bool = field(default=False, repr=False)   # its end is being recorded (by its thread or the shutdown)
@@ -501,7 +501,7 @@ class Worker:
         self._counting = threading.Lock()
         self._halt = threading.Event()           # stop(): no more takes
         self._deadline: float | None = None      # when the tasks in hand are cut short (time.monotonic())
-        self._why = ""                           # why they are: "after the shutdown timeout of 30 s"
+        self._why = ""                           # why they are: "after the shutdown timeout (30 s)"
         self._slots = threading.Condition()
         self._run_slots = threading.BoundedSemaphore(concurrency)   # handlers running at a time
         self._running: dict[int, tuple[Task, threading.Thread]] = {}
@@ -535,7 +535,7 @@ class Worker:
         with self._slots:
             if not self._halt.is_set():
                 self._deadline = time.monotonic() + self.shutdown_timeout
-                self._why = f"after the shutdown timeout of {self.shutdown_timeout:g} s"
+                self._why = f"after the shutdown timeout ({self.shutdown_timeout:g} s)"
                 self._halt.set()
             if now and self._deadline is not None and self._deadline > time.monotonic():
                 self._deadline = time.monotonic()

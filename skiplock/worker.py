@@ -936,6 +936,9 @@ class Worker:
                     log.info("draining: %d task(s) still running, %.0f s left", len(self._running),
                              max(self._deadline - said, 0.0))
             left = list(self._running.values())
+        if left:
+            log.warning("%d task(s) still running %s: cutting them short, then releasing them (ready again, the attempt "
+                        "not counted)", len(left), self._why)
         for task, _ in left:
             task._cancel_now("shutdown", self._why)
         cancel_end = time.monotonic() + self.cancel_wait

@@ -257,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stage", "-s", required=True, action="append",
                    help="stage to work on; several (repeat it, or a comma list, or a prefix such as 'tenant.*') "
                         "are served round robin by queue.take_next(stages[])")
-    p.add_argument("--concurrency", "-c", type=_positive(int), default=1, help="commands run at once (default 1), each slot with its own connection")
+    p.add_argument("--concurrency", "-c", type=_positive(int), default=1, help="commands run at once (default 1)")
     p.add_argument("--lease", type=_seconds(), default=None, metavar="SECONDS",
                    help="lease per attempt, renewed by heartbeats (default: the stage's lease_duration)")
     p.add_argument("--fatal-exit-code", type=int, default=None, metavar="N", help="this exit code fails the task for good (no retry)")

@@ -24,7 +24,8 @@ task it was running back with release() (ready again, the attempt not counted) a
 signal that lands between two statements of the procedure (while it records a task or cleans up)
 is absorbed there, so a call still running RECANCEL seconds later is cancelled again. A second
 SIGTERM cancels at once. The executors' connection, LISTEN, reconnect and idle code and the
-two-step stop are those of `skiplock worker` (skiplock/slots.py).
+two-step stop are skiplock/slots.py's (once shared with `skiplock worker`, which now runs on
+skiplock.worker).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The threads of `skiplock worker` and `skiplock run-sql`, and their stop on SIGTERM or SIGINT.
+"""The threads of `skiplock run-sql`, and their stop on SIGTERM or SIGINT (`skiplock worker` runs
+on skiplock.worker, the one worker loop; run-sql's executors call a procedure per task, not a
+take/finish, so they keep these slots).
 
 A slot is a thread with its own autocommit connection that LISTENs on the stage's channel
 "skiplock.<stage>": connect() waits for the database (0.1 s, doubling up to 5 s) unless the
@@ -27,10 +29,9 @@ import psycopg.sql
 from rich.console import Console
 
 from skiplock import connect
-from skiplock.errors import one_line, prepared_lost, primary_message, refused_login
+from skiplock.errors import one_line, primary_message, refused_login
 from skiplock.worker import channel
 
-CONNECT_TIMEOUT = 5    # seconds a bounded reconnect (reconnect_once) may take
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0   # seconds between connection attempts
 
 
@@ -129,37 +130,6 @@ class Slot(threading.Thread, Generic[S]):
         self.drop_connection()
         self.conn = self.connect()
 
-    def reconnect_once(self) -> bool:
-        """One try at a new connection, bounded, for the heartbeat: a command is running and must
-        stay supervised (killed at the end of the grace, or when its lease is lost)."""
-        self.drop_connection()
-        try:
-            self.conn = connect.connect(self.shared.url, connect_timeout=CONNECT_TIMEOUT)
-            self.listen(self.conn)
-            return True
-        except psycopg.OperationalError:
-            return False
-
-    def recover(self, e: psycopg.Error, what: str, delay: float, bounded: bool = False) -> float:
-        """After an error that passes by waiting (skiplock.errors.transient), on `what` (a take, a
-        finish): say so, go on unprepared and polling if a statement we prepared went missing (a
-        transaction pooler we were not told of), open a new connection if this one broke (one
-        bounded try if `bounded`), then sleep `delay`. Returns the next delay (doubled, at most
-        BACKOFF_MAX)."""
-        if prepared_lost(e) and connect.detected_transaction_pooler():
-            self.shared.log(f"{primary_message(e)}: a pooler in transaction mode? going on with unprepared "
-                            f"statements and polling every {self.shared.args.poll:g} s (say --pooler transaction "
-                            "to start so)")
-        self.shared.log(f"{self.name}: {what}: {connection_error(e)}; retrying in {delay:.1f} s")
-        broken = self.conn is None or self.conn.closed or self.conn.broken
-        if broken or prepared_lost(e):
-            if bounded:
-                self.reconnect_once()
-            else:
-                self.reconnect()
-        time.sleep(delay)
-        return min(delay * 2, BACKOFF_MAX)
-
     def idle(self) -> None:
         """Sleep until an enqueue notifies the stage or the slow poll comes round (or we stop)."""
         if not self.listening:  # through a transaction pooler: the poll alone
@@ -207,49 +177,3 @@ def stop_signals(shared: Shared, grace: float, stopping: Callable[[str], str], a
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-
-
-def maintain_once(conn: psycopg.Connection) -> list[tuple]:
-    """queue.maintain_now() in a transaction of its own: maintain() as of now, unless another
-    worker runs it right now (an advisory lock in the function elects one: then no row)."""
-    with conn.transaction():
-        return conn.execute("SELECT task, count, detail FROM queue.maintain_now()", prepare=False).fetchall()
-
-
-class Maintainer(threading.Thread):
-    """Runs queue.maintain() every `every` seconds on a connection of its own while the worker
-    runs, one worker at a time (maintain_once), so that a queue with workers but no `skiplock
-    maintain` still gets its expired leases back. A login that may not run it (42501) is said once
-    and the thread ends; any other error is said and tried again at the next round."""
-
-    def __init__(self, shared: Shared, every: float) -> None:
-        super().__init__(name="maintain", daemon=True)
-        self.shared, self.every = shared, every
-        self.conn: psycopg.Connection | None = None
-
-    def run(self) -> None:
-        sh = self.shared
-        try:
-            while not sh.stopping.wait(self.every):
-                try:
-                    if self.conn is None or self.conn.closed or self.conn.broken:
-                        self.conn = connect.connect(sh.url, connect_timeout=CONNECT_TIMEOUT)
-                    rows = maintain_once(self.conn)
-                    for task, count, detail in rows or ():
-                        # roll_up_hours counts every minute's runs: routine, not news.
-                        if count and not sh.args.quiet and task != "roll_up_hours":
-                            sh.log(f"maintain: {task} {count}" + (f" ({detail})" if detail else ""))
-                except psycopg.Error as e:
-                    if e.sqlstate == "42501":
-                        sh.log(f"maintain: {primary_message(e)}: this worker leaves maintenance to "
-                               "`skiplock maintain` or pg_cron (queue.maintain_now() is granted to skiplock_worker "
-                               "and skiplock_admin; --no-maintain says so without this line)")
-                        return
-                    if e.sqlstate in ("3F000", "42P01", "42883"):
-                        return
-                    sh.log(f"maintain: {connection_error(e)}; trying again in {self.every:g} s")
-                    if self.conn is not None and (self.conn.closed or self.conn.broken):
-                        self.conn = None
-        finally:
-            if self.conn is not None:
-                self.conn.close()

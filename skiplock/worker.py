@@ -11,7 +11,8 @@
 
     worker.run(install_signals=True)     # until SIGTERM / Ctrl-C / worker.stop()
 
-The loop (the only one in the package: clients/python/worker.py is a script over it): take up to
+The loop (the only one in the package: `skiplock worker`, skiplock/cmd_worker.py, and
+clients/python/worker.py are layers over it): take up to
 `batch` tasks from every stage that has a handler (queue.take_next(stage), or take_next(stages[])
 round robin for several stages or a prefix 'tenant.*'), run each in a thread of its own, at most
 `concurrency` at a time, then queue.finish (result, next stage), queue.fail (by the exception:
@@ -24,13 +25,25 @@ error that passes by waiting (skiplock.errors.transient) is retried with backoff
 to 5 s), a finish or fail for as long as the task's lease holds; what waiting does not cure (a
 refused login, a revoked grant, skiplock missing) ends run() with Refused. Unless maintain_every is
 0, a thread runs queue.maintain_now() so that a dead worker's tasks come back with no `skiplock
-maintain` beside. A handler past its task_timeout (the stage's configure_stage(task_timeout), or
-the argument) has its attempt failed and its slot freed (the thread cannot be killed: its result
-is dropped). stop(): no more takes; handlers in hand get shutdown_timeout seconds, then their
-tasks are released (back at once, the attempt not counted). transactional=True runs each batch in
+maintain` beside. The stages' queue.worker_settings are read at most every 30 s: their
+task_timeout, and whether they are paused (one log line when a stage is paused, one when resumed).
+A handler past its time limit (task_timeout, the argument, else the stage's), whose lease is
+lost, or still running shutdown_timeout after stop() is cancelled: Task.cancelled() says why
+("timeout", "lost", "shutdown"), and the worker waits cancel_wait seconds (0 by default) for it
+to return: a handler that can stop what it runs (a subprocess: `skiplock worker`) watches it.
+Then a timed-out attempt fails (with the handler's own error if it raised one), a lost one records
+nothing, one cut short by the shutdown is released; a handler still running has its slot freed
+(a thread cannot be killed: its result is dropped). stop(): no more takes; stop(now=True), or a
+second SIGTERM/SIGINT, cuts the tasks in hand short at once. Interrupted (raised by a handler)
+releases the task, back at once, the attempt not counted. until_empty=True returns once nothing
+is due and nothing is in hand (queue.maintain_now() once first, so expired leases count).
+on_end(task, Ending) is called for each task's end (finished, failed, fatal, snoozed, released,
+lost, unrecorded), for a log line or a metric; counters counts them. raw_payload=True gives the
+payload as the JSON text the server sent. transactional=True runs each batch in
 one transaction (take_locked / finish_locked / fail_locked): task.conn is that transaction, for a
 handler whose writes must commit with the task's end. Every failure is logged on logger
-"skiplock.worker" with extra={"task_id", "stage", "attempt", "error"}.
+"skiplock.worker.task" (a child of "skiplock.worker", the worker's own lines) with
+extra={"task_id", "stage", "attempt", "error"}.
 
 Async handlers (`async def`) run on one event loop thread of the worker, so `concurrency` of them
 wait at once at the cost of one thread each only while they run; past its time limit, or past
@@ -67,7 +80,10 @@ from skiplock import tracing
 from skiplock.errors import prepared_lost, refused_login, transient
 
 log = logging.getLogger("skiplock.worker")
+log_task = logging.getLogger("skiplock.worker.task")   # a line per task's failure, snooze, release, lost lease
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0   # seconds between attempts at a statement or a connection
+SETTINGS_EVERY = 30.0   # seconds between reads of a stage's queue.worker_settings (time limit, paused)
+ROUTINE_STEPS = ("roll_up_hours", "finished_counts")  # maintain steps that do work every round: logged at DEBUG
 
 
 @dataclass
@@ -78,12 +94,39 @@ class Task:
     lease: str | None     # None in transactional mode
     stage: str
     conn: psycopg.Connection | None = None   # transactional mode: the batch's transaction
+    timeout: float | None = None   # the handler's time limit, seconds (task_timeout), None for none
+    started: float = field(default_factory=time.monotonic)   # when its handler started (time.monotonic())
+    cancel_reason: str | None = None   # why the handler should end now: "timeout", "lost" or "shutdown"
+    cancel_detail: str = ""            # for "shutdown": when, e.g. "after the shutdown timeout (30 s)"
     _progress: Callable[[Any], bool] | None = field(default=None, repr=False)
+    _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+    _settled: bool = field(default=False, repr=False)   # its end is being recorded (by its thread or the shutdown)
+    _settling: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def progress(self, value: Any) -> bool:
         """Store value (JSON) as the running task's progress and extend its lease; False when the
         lease is no longer ours. In transactional mode there is no lease: nothing is stored."""
         return self._progress(value) if self._progress is not None else True
+
+    def cancelled(self, wait: float = 0.0) -> str | None:
+        """Why the handler should stop now (waiting up to `wait` seconds for it), else None:
+        "timeout" (its time limit passed: the attempt fails), "lost" (its lease is no longer ours:
+        nothing will be recorded) or "shutdown" (the worker stops and the shutdown timeout passed:
+        the task is released). A handler that runs something it can stop (a subprocess, a request)
+        watches this; the worker waits Worker(cancel_wait=…) seconds for it to return."""
+        self._cancel.wait(wait)
+        return self.cancel_reason
+
+    def _settle(self) -> bool:
+        """Claim the recording of this task's end: True once, for its thread or the shutdown."""
+        with self._settling:
+            first, self._settled = not self._settled, True
+        return first
+
+    def _cancel_now(self, reason: str, detail: str = "") -> None:
+        if not self._cancel.is_set():
+            self.cancel_reason, self.cancel_detail = reason, detail
+            self._cancel.set()
 
 
 class Fail(Exception):
@@ -112,6 +155,17 @@ class Snooze(Exception):
         self.seconds = seconds
 
 
+class Interrupted(Snooze):
+    """Raise when the run was cut short by no fault of the task (the worker is stopping, the
+    process it ran was stopped with it): the task goes back at once, the attempt not counted
+    (queue.release), counted as released. A handler cancelled for "shutdown" that raises
+    anything else is released all the same."""
+
+    def __init__(self, message: str = "interrupted") -> None:
+        Exception.__init__(self, message)
+        self.seconds = 0.0
+
+
 @dataclass
 class Outcome:
     """What a handler decided: finish (optionally moving to next_stage), keeping result (a JSON
@@ -130,7 +184,22 @@ class Counters:
     lost: int = 0          # finish/fail returned false, or the lease was lost: no longer ours
     timed_out: int = 0
     reconnects: int = 0
+    released: int = 0      # handed back at once, the attempt not counted: shutdown, Interrupted
+    unrecorded: int = 0    # ended but not recorded (the server could not be reached): left to its lease
     finished_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Ending:
+    """How one task ended, given to Worker(on_end=…) once its end is recorded (or given up):
+    what is finished, failed, fatal, snoozed, released, lost (the lease was no longer ours:
+    nothing recorded) or unrecorded (the server could not be reached: left to its lease); error
+    is the error text stored (failed, fatal) or the reason (released, unrecorded); seconds since its
+    handler started; cause is the exception behind an unrecorded end."""
+    what: str
+    error: str | None = None
+    seconds: float = 0.0
+    cause: BaseException | None = None
 
 
 # A handler returns None, an Outcome, a dict or a list; an async handler (a coroutine function)
@@ -194,7 +263,9 @@ class _Db:
         self.listening = False
         self.prepares = False   # the connection prepares statements (made before a pooler was found)
 
-    def connected(self) -> psycopg.Connection:
+    def connected(self, holds: Callable[[], bool] | None = None) -> psycopg.Connection:
+        """The connection, made again if it is gone: a failed attempt is retried with backoff until
+        the worker stops or holds() (the statement's: a finish's lease) says no more (Unreachable)."""
         delay, failed = BACKOFF_FIRST, False
         if self.prepares and not self.worker.sessions:  # another connection found the pooler: prepare no more
             self.close()
@@ -215,9 +286,9 @@ class _Db:
                     conn.close()
                 if refused_login(e) or not transient(e):
                     raise Refused(f"{self.role} connection: {_one_line(e)}") from e
-                if self.halt.is_set():
+                if self.halt.is_set() or (holds is not None and not holds()):
                     raise Unreachable(f"{self.role} connection: {_one_line(e)}") from e
-                log.warning("%s connection: %s: retrying in %g s", self.role, _one_line(e), delay,
+                log.warning("%s: cannot connect (%s); retrying in %g s", self.role, _one_line(e), delay,
                             extra={"error": _one_line(e)})
                 failed = True
                 self.halt.wait(delay)
@@ -239,12 +310,12 @@ class _Db:
             holds = lambda: not self.halt.is_set()  # noqa: E731
         delay = BACKOFF_FIRST
         while True:
-            conn = self.connected()
+            conn = self.connected(holds if self.role == "finish" else None)   # a finish gives up with its lease
             try:
                 cur = conn.execute(query, params)
                 return cur.fetchall() if cur.description else []
             except psycopg.Error as e:
-                if _lost_connection(e, conn):
+                if _lost_connection(e, conn) and not prepared_lost(e):
                     self.lost(e)  # then the same statement again: a lease stays valid meanwhile
                     continue
                 if self.prepares and not self.worker.sessions and not prepared_lost(e) and holds():
@@ -257,10 +328,7 @@ class _Db:
                 if not transient(e) or not holds():
                     raise
                 if prepared_lost(e):
-                    if self.worker.sessions:
-                        self.worker.sessions = False
-                        log.warning("%s: a pooler in transaction mode? going on with unprepared statements and "
-                                    "polling (pooler='transaction' / SKIPLOCK_POOLER=transaction starts so)", _one_line(e))
+                    self.worker._pooler_found(e)
                     self.close()   # the next connection prepares nothing and does not LISTEN
                 log.warning("%s: %s; retrying in %g s", self.role, _one_line(e), delay, extra={"error": _one_line(e)})
                 self.halt.wait(delay)
@@ -279,6 +347,7 @@ class _Held:
     stage: str
     period: float          # the lease's length, seconds
     expires: float         # time.monotonic() when it runs out, as far as the last heartbeat knows
+    task: Task | None = None   # told when its lease is found lost (Task.cancelled() says "lost")
     lost: bool = False
 
 
@@ -295,9 +364,10 @@ class _Heartbeat(threading.Thread):
         self.halt = threading.Event()
         self.db = _Db(worker, "heartbeat", self.halt)
 
-    def add(self, task_id: int, lease: str, stage: str, period: float) -> None:
+    def add(self, task: Task, period: float) -> None:
+        assert task.lease is not None
         with self.mutex:
-            self.held[task_id] = _Held(lease, stage, period, time.monotonic() + period)
+            self.held[task.id] = _Held(task.lease, task.stage, period, time.monotonic() + period, task)
 
     def done(self, task_id: int) -> None:
         with self.mutex:
@@ -333,6 +403,8 @@ class _Heartbeat(threading.Thread):
                 return True
             with self.mutex:
                 h.lost = True
+            if h.task is not None:
+                h.task._cancel_now("lost")
             return False
         with self.mutex:
             h.expires = started + h.period
@@ -369,7 +441,11 @@ class _Maintainer(threading.Thread):
                     if conn is None or conn.closed or conn.broken:
                         conn = psycopg.connect(self.url, autocommit=True, prepare_threshold=None, connect_timeout=5)
                     with conn.transaction():  # no row when another worker runs it now
-                        conn.execute("SELECT * FROM queue.maintain_now()")
+                        rows = conn.execute("SELECT task, count, detail FROM queue.maintain_now()").fetchall()
+                    for task, count, detail in rows:
+                        if count:  # the rollups run every round: routine, not news
+                            log.log(logging.DEBUG if task in ROUTINE_STEPS else logging.INFO,
+                                    "maintain: %s %s%s", task, count, f" ({detail})" if detail else "")
                 except psycopg.Error as e:
                     if e.sqlstate == "42501":
                         log.warning("maintain: %s: this login does not maintain the queue (queue.maintain_now() is "
@@ -383,6 +459,15 @@ class _Maintainer(threading.Thread):
                 conn.close()
 
 
+TAKE_ONE = ("SELECT %s::text, id, payload, attempt, lease, extract(epoch FROM lease_expires - now())::float8"
+            " FROM queue.take_next(stage => %s, batch => %s, lease_for => %s * interval '1 second', worker => %s)")
+TAKE_SEVERAL = ("SELECT stage, id, payload, attempt, lease, extract(epoch FROM lease_expires - now())::float8"
+                " FROM queue.take_next(stages => %s::text[], batch => %s, lease_for => %s * interval '1 second',"
+                " worker => %s)")
+TAKE_ONE_TEXT = TAKE_ONE.replace(" payload,", " payload::text,")          # Worker(raw_payload=True)
+TAKE_SEVERAL_TEXT = TAKE_SEVERAL.replace(" payload,", " payload::text,")
+
+
 class Worker:
     """Runs handlers per stage; see the module's docstring. handlers maps a stage (or a prefix
     'tenant.*') to a handler; @worker.handler(stage) adds one."""
@@ -390,11 +475,15 @@ class Worker:
     def __init__(self, url: str, handlers: dict[str, Handler] | None = None, *, batch: int = 10,
                  concurrency: int = 1, lease: float | None = None, idle_wait: float = 5.0, name: str | None = None,
                  pooler: str = "none", maintain_every: float | None = None, task_timeout: float | None = None,
-                 shutdown_timeout: float = 30.0, transactional: bool = False) -> None:
+                 shutdown_timeout: float = 30.0, transactional: bool = False, until_empty: bool = False,
+                 cancel_wait: float = 0.0, on_end: Callable[[Task, Ending], None] | None = None,
+                 raw_payload: bool = False) -> None:
         if not 1 <= batch <= 10000 or concurrency < 1:
             raise ValueError("batch must be 1 to 10000 and concurrency at least 1")
         if pooler not in ("none", "session", "transaction"):
             raise ValueError(f"pooler={pooler!r}: expected none, session or transaction")
+        if until_empty and transactional:
+            raise ValueError("until_empty is not available in transactional mode")
         self.url = url
         self.handlers: dict[str, Handler] = {}
         for stage, h in (handlers or {}).items():
@@ -406,14 +495,22 @@ class Worker:
         self.task_timeout = task_timeout
         self.shutdown_timeout = shutdown_timeout
         self.transactional = transactional
+        self.until_empty = until_empty
+        self.cancel_wait = cancel_wait
+        self.on_end = on_end
+        self.raw_payload = raw_payload   # Task.payload is the JSON text the server sent, not decoded
         self.counters = Counters()
         self._counting = threading.Lock()
         self._halt = threading.Event()           # stop(): no more takes
+        self._deadline: float | None = None      # when the tasks in hand are cut short (time.monotonic())
+        self._why = ""                           # why they are: "after the shutdown timeout (30 s)"
         self._slots = threading.Condition()
         self._run_slots = threading.BoundedSemaphore(concurrency)   # handlers running at a time
         self._running: dict[int, tuple[Task, threading.Thread]] = {}
         self._pool: _queue.SimpleQueue[_Db] = _queue.SimpleQueue()
-        self._timeouts: dict[str, float | None] = {}
+        # queue.worker_settings per stage, read at most every SETTINGS_EVERY seconds:
+        # stage -> (task_timeout in seconds or None, paused, when read, time.monotonic())
+        self._settings: dict[str, tuple[float | None, bool, float]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None   # async handlers run here
         self._own_loop = True   # the worker started _loop (AsyncWorker: the caller's loop)
         self._futures: dict[int, concurrent.futures.Future] = {}
@@ -433,9 +530,49 @@ class Worker:
         with self._counting:
             setattr(self.counters, name, getattr(self.counters, name) + int(n))
 
-    def stop(self) -> None:
-        """Take no more tasks; run() returns once the tasks in hand end (or shutdown_timeout passes)."""
-        self._halt.set()
+    def stop(self, now: bool = False, why: str = "") -> None:
+        """Take no more tasks; run() returns once the tasks in hand end, or shutdown_timeout passes
+        (then they are cancelled for "shutdown" and released). now=True cuts them short at once
+        (why says when, in the log and Task.cancel_detail: "on a second SIGINT")."""
+        with self._slots:
+            if not self._halt.is_set():
+                self._deadline = time.monotonic() + self.shutdown_timeout
+                self._why = f"after the shutdown timeout ({self.shutdown_timeout:g} s)"
+                self._halt.set()
+            if now and self._deadline is not None and self._deadline > time.monotonic():
+                self._deadline = time.monotonic()
+                self._why = why or "at once"
+            self._slots.notify_all()
+
+    def stopping(self, wait: float = 0.0) -> bool:
+        """Has stop() been called (waiting up to `wait` seconds for it)?"""
+        return self._halt.wait(wait)
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        """The SIGTERM/SIGINT handler run(install_signals=True) installs: the first signal stop(), said
+        in one line; a second stop(now=True)."""
+        name = signal.Signals(signum).name
+        with self._slots:
+            running = len(self._running)
+        if not self._halt.is_set():
+            if running:
+                log.warning("%s: draining, %d task(s) running, up to %g s", name, running, self.shutdown_timeout)
+            else:
+                log.warning("%s: stopping, no task running", name)
+            self.stop()
+        else:
+            log.warning("%s again: cutting the tasks in hand short now", name)
+            self.stop(now=True, why=f"on a second {name}")
+
+    def _pooler_found(self, e: BaseException) -> None:
+        """A statement we prepared went missing (prepared_lost): connect as under pooler='transaction'
+        from now on, said once."""
+        with self._counting:
+            if not self.sessions:
+                return
+            self.sessions = False
+        log.warning("%s: a pooler in transaction mode? going on with unprepared statements and polling "
+                    "(pooler='transaction' / SKIPLOCK_POOLER=transaction starts so)", _one_line(e))
 
     def _handler_for(self, stage: str) -> Handler:
         if stage in self.handlers:
@@ -447,42 +584,63 @@ class Worker:
 
     # -- running -------------------------------------------------------------------------------
     def run(self, should_stop: Callable[[], bool] = lambda: False, install_signals: bool = False) -> Counters:
-        """Work until stop(), should_stop() or (install_signals) SIGTERM/SIGINT; the counters.
-        Raises Refused when waiting does not cure an error (a refused login, a revoked grant)."""
+        """Work until stop(), should_stop(), (until_empty) no due task left, or (install_signals)
+        SIGTERM/SIGINT (a second one: stop(now=True)); the counters. Raises Refused when waiting
+        does not cure an error (a refused login, a revoked grant), Unreachable when it stopped while
+        the server could not be reached."""
         if not self.handlers:
             raise ValueError("no handlers: register one with @worker.handler(stage) or handlers={stage: fn}")
         if install_signals:
             for signum in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(signum, lambda *_: self.stop())
+                signal.signal(signum, self.on_signal)
         heartbeat = _Heartbeat(self)
         heartbeat.start()
         maintainer = _Maintainer(self.url, self.maintain_every)
-        if self.maintain_every > 0:
+        if self.maintain_every > 0 and not self.until_empty:
             maintainer.start()
         self._heartbeat = heartbeat
         db = _Db(self, "main", self._halt, listen=True)
+        recovered = False   # until_empty: queue.maintain_now() ran since the last task taken
         try:
-            while not (self._halt.is_set() or should_stop()):
-                if self.transactional:
-                    worked = self._run_locked_batch(db)
-                else:
-                    worked = self._take(db)
-                if not worked:
-                    self._idle(db, should_stop)
-            self._halt.set()
+            try:
+                while not (self._halt.is_set() or should_stop()):
+                    if self.transactional:
+                        worked = self._run_locked_batch(db)
+                    else:
+                        worked = self._take(db)
+                    if worked:
+                        recovered = False
+                    elif self.until_empty:
+                        if self._wait_for_a_task():
+                            continue   # one ended: its stage may have more (a retry, a next stage)
+                        if not recovered and self.maintain_every > 0:
+                            recovered = True   # expired leases first: a task whose worker died is not done
+                            _maintain_once(db)
+                            continue
+                        break
+                    else:
+                        self._check_paused(db)
+                        self._idle(db, should_stop)
+            except Unreachable as e:   # stopping while the server is down: the tasks in hand still end
+                log.error("stopping while the server is unreachable (%s): the tasks in hand that cannot be "
+                          "recorded stay running until their leases run out, then reap_hung() hands them back", e)
+                self.stop()
+                self._shut_down(db)
+                raise
+            self.stop()
             self._shut_down(db)
-        except Unreachable as e:
-            log.error("stopping while the server is unreachable (%s): the tasks in hand stay running until their "
-                      "leases run out, then reap_hung() hands them back", e)
-            raise
         except Refused as e:
             log.error("%s: waiting does not cure this; stopping", e)
+            self.stop()
+            self._shut_down(db)
             raise
         except psycopg.Error as e:
-            self._halt.set()
+            self.stop()
             if transient(e):  # stopped while it kept failing: what it held comes back through its lease
+                self._shut_down(db)
                 raise Unreachable(f"stopped while the server still answers {_one_line(e)}") from e
             log.error("%s: waiting does not cure this; stopping", _one_line(e), extra={"error": _one_line(e)})
+            self._shut_down(db)
             raise Refused(_one_line(e)) from e
         finally:
             self._halt.set()
@@ -494,6 +652,16 @@ class Worker:
             if self._loop is not None and self._own_loop:
                 self._loop.call_soon_threadsafe(self._loop.stop)
         return self.counters
+
+    def _wait_for_a_task(self) -> bool:
+        """until_empty found nothing due: wait for a task in hand to end; False when none is in hand."""
+        with self._slots:
+            if not self._running:
+                return False
+            count = len(self._running)
+            while len(self._running) >= count and not self._halt.is_set():
+                self._slots.wait(0.5)
+        return True
 
     def _take(self, db: _Db) -> bool:
         """Once fewer than `concurrency` tasks are in hand, take up to `batch` more and start a thread
@@ -507,35 +675,66 @@ class Worker:
             return True
         stages = self.stages
         if len(stages) == 1 and not stages[0].endswith("*"):
-            rows = db.query("SELECT %s::text, id, payload, attempt, lease, extract(epoch FROM lease_expires - now())::float8"
-                            " FROM queue.take_next(stage => %s, batch => %s, lease_for => %s * interval '1 second',"
-                            " worker => %s)", (stages[0], stages[0], free, self.lease, self.name))
+            rows = db.query(TAKE_ONE_TEXT if self.raw_payload else TAKE_ONE,
+                            (stages[0], stages[0], free, self.lease, self.name))
         else:  # several, or a prefix: round robin, each row names its stage
-            rows = db.query("SELECT stage, id, payload, attempt, lease, extract(epoch FROM lease_expires - now())::float8"
-                            " FROM queue.take_next(stages => %s::text[], batch => %s, lease_for => %s * interval '1 second',"
-                            " worker => %s)", (stages, free, self.lease, self.name))
+            rows = db.query(TAKE_SEVERAL_TEXT if self.raw_payload else TAKE_SEVERAL,
+                            (stages, free, self.lease, self.name))
         for stage, task_id, payload, attempt, lease, period in rows:
             self._count("taken", 1)
-            self._heartbeat.add(task_id, str(lease), stage, max(float(period), 0.001))
             task = Task(task_id, payload, attempt, str(lease), stage,
                         _progress=functools.partial(self._heartbeat.beat, task_id))
-            timeout = self.task_timeout if self.task_timeout is not None else self._stage_timeout(db, stage)
-            thread = threading.Thread(target=self._run_task, args=(task, timeout), daemon=True,
+            self._heartbeat.add(task, max(float(period), 0.001))
+            task.timeout = self.task_timeout if self.task_timeout is not None else self._stage_settings(db, stage, True)[0]
+            thread = threading.Thread(target=self._run_task, args=(task,), daemon=True,
                                       name=f"skiplock-task-{task_id}")
             with self._slots:
                 self._running[task_id] = (task, thread)
             thread.start()
         return bool(rows)
 
-    def _stage_timeout(self, db: _Db, stage: str) -> float | None:
-        """The stage's task_timeout (configure_stage), read once per stage."""
-        if stage not in self._timeouts:
+    def _stage_settings(self, db: _Db, stage: str, taken: bool = False) -> tuple[float | None, bool]:
+        """The stage's task_timeout (seconds, or None) and whether it is paused, from
+        queue.worker_settings, read at most every SETTINGS_EVERY seconds a stage (and at once when a
+        task was `taken` from a stage last seen paused). Logs (info) the time limit when it changes,
+        and one line when the stage is paused or resumed. A passing error keeps what was known."""
+        with self._counting:
+            known = self._settings.get(stage)
+        if known is not None and time.monotonic() < known[2] + SETTINGS_EVERY and not (taken and known[1]):
+            return known[0], known[1]
+        try:
+            ((seconds, paused),) = db.query("SELECT extract(epoch FROM s.task_timeout)::float8, s.paused"
+                                            " FROM queue.worker_settings(%s) s", (stage,), holds=lambda: False)
+        except psycopg.errors.UndefinedFunction:  # a database older than worker_settings
+            db.close()
             try:
-                self._timeouts[stage] = db.query("SELECT extract(epoch FROM queue.task_timeout(%s))::float8", (stage,))[0][0]
-            except psycopg.errors.UndefinedFunction:  # a database older than the setting
+                seconds, paused = db.query("SELECT extract(epoch FROM queue.task_timeout(%s))::float8", (stage,),
+                                           holds=lambda: False)[0][0], False
+            except psycopg.errors.UndefinedFunction:  # older than the time limit too
                 db.close()
-                self._timeouts[stage] = None
-        return self._timeouts[stage]
+                seconds, paused = None, False
+        except psycopg.Error as e:
+            if not transient(e):
+                raise
+            return (known[0], known[1]) if known is not None else (None, False)
+        paused = bool(paused)
+        if known is None or seconds != known[0]:
+            log.info("task timeout of %s: %s", stage, f"{seconds:g} s (the stage's task_timeout)" if seconds else "none")
+        if paused and (known is None or not known[1]):
+            log.info("stage %s is paused: its tasks wait until it is resumed (configure_stage(paused => false))", stage)
+        elif not paused and known is not None and known[1]:
+            log.info("stage %s is resumed", stage)
+        with self._counting:
+            self._settings[stage] = (seconds, paused, time.monotonic())
+        return seconds, paused
+
+    def _check_paused(self, db: _Db) -> None:
+        """Idle: read the settings of each stage served by name (a prefix's stages are known only by
+        their tasks) when SETTINGS_EVERY has passed, so that the log says when one is paused or
+        resumed although no task of it comes."""
+        for stage in self.stages:
+            if not stage.endswith("*"):
+                self._stage_settings(db, stage)
 
     def _idle(self, db: _Db, should_stop: Callable[[], bool]) -> None:
         """Sleep on LISTEN until a NOTIFY or idle_wait seconds (a slow poll: a lost notification never
@@ -558,10 +757,11 @@ class Worker:
                 db.lost(e)
                 return
 
-    def _run_task(self, task: Task, timeout: float | None) -> None:
-        """One task's thread, inside its span: the handler (in a thread of its own when there is a
-        time limit), then its end recorded with the lease."""
+    def _run_task(self, task: Task) -> None:
+        """One task's thread, inside its span: the handler (in a thread of its own when it may be
+        cut short: a time limit, a lost lease, the shutdown), then its end recorded with the lease."""
         outcome: list[Any] = []
+        timeout = task.timeout
 
         def call() -> None:
             try:
@@ -576,28 +776,40 @@ class Worker:
             with self._run_slots, tracing.task_span(task) as failed:
                 if self._heartbeat.lost(task.id):   # released at shutdown while it waited for a slot
                     return
-                if timeout is None:
-                    call()
-                else:
-                    inner = threading.Thread(target=contextvars.copy_context().run, args=(call,), daemon=True,
-                                             name=f"skiplock-handler-{task.id}")
-                    inner.start()
-                    inner.join(timeout)
+                task.started = time.monotonic()
+                inner = threading.Thread(target=contextvars.copy_context().run, args=(call,), daemon=True,
+                                         name=f"skiplock-handler-{task.id}")
+                inner.start()
+                deadline = None if timeout is None else task.started + timeout
+                while inner.is_alive() and not task._cancel.is_set():
+                    if deadline is not None and time.monotonic() >= deadline:
+                        task._cancel_now("timeout")
+                        break
+                    # Ends at once with the handler; a lost lease or the shutdown is seen within 0.5 s.
+                    inner.join(0.5 if deadline is None else min(0.5, max(deadline - time.monotonic(), 0.0)))
+                if task._cancel.is_set():
+                    inner.join(self.cancel_wait)   # a handler that watches Task.cancelled() ends in it
                     if inner.is_alive():
                         future = self._futures.get(task.id)
                         if future is not None:   # an async handler is cancelled; a thread cannot be
                             future.cancel()
-                        self._count("timed_out", 1)
-                        outcome.insert(0, ("error", Fail(f"timed out after {timeout:g} s (task_timeout); the handler's"
-                                                         " thread goes on, its result will be dropped")))
+                if task.cancel_reason == "timeout":
+                    self._count("timed_out", 1)
+                    if not outcome or outcome[0][0] == "ok":   # its own error (it was stopped) says more
+                        outcome.insert(0, ("error", Fail(f"timed out after {timeout:g} s (task_timeout)" + (
+                            "" if outcome else "; the handler goes on, its result will be dropped"))))
+                elif not outcome:   # lost or shutdown, and it did not end in cancel_wait
+                    outcome.append(("error", Interrupted(f"cut short {task.cancel_detail}".strip())))
                 kind, value = outcome[0]
                 if kind == "error":
                     failed(value)
                 self._record(task, kind, value)
         except (Unreachable, Refused) as e:
-            log.warning("task %s not recorded (%s): reap_hung() hands it back", task.id, e,
-                        extra={"task_id": task.id, "stage": task.stage, "attempt": task.attempt})
+            self._ended(task, "unrecorded", str(e), e.__cause__ or e)
+            log_task.warning("task %s not recorded (%s): reap_hung() hands it back", task.id, e,
+                             extra={"task_id": task.id, "stage": task.stage, "attempt": task.attempt})
         except Exception as e:  # noqa: BLE001 - a thread must not die silently
+            self._ended(task, "unrecorded", _one_line(e), e)
             log.exception("task %s not recorded (%s): its lease runs out and reap_hung() hands it back", task.id,
                           _one_line(e), extra={"task_id": task.id, "stage": task.stage, "attempt": task.attempt})
         finally:
@@ -605,6 +817,16 @@ class Worker:
             with self._slots:
                 self._running.pop(task.id, None)
                 self._slots.notify_all()
+
+    def _ended(self, task: Task, what: str, error: str | None = None, cause: BaseException | None = None) -> None:
+        """Count the end and tell on_end (whose own error is logged, never raised)."""
+        self._count({"finished": "finished", "failed": "failed", "fatal": "failed", "snoozed": "snoozed",
+                     "released": "released", "lost": "lost", "unrecorded": "unrecorded"}[what], 1)
+        if self.on_end is not None:
+            try:
+                self.on_end(task, Ending(what, error, time.monotonic() - task.started, cause))
+            except Exception:  # noqa: BLE001 - a callback's bug must not leave the task unaccounted
+                log.exception("on_end of task %s", task.id)
 
     def _await(self, task: Task, awaitable: Any) -> Any:
         """Run an async handler's coroutine on the worker's event loop (one thread, started at the
@@ -636,12 +858,17 @@ class Worker:
             self._pool.put(db)
 
     def _record(self, task: Task, kind: str, value: Any) -> None:
-        """finish, fail or release the task with its lease, retried while the lease holds."""
+        """finish, fail or release the task with its lease, retried while the lease holds. A task
+        cut short by the shutdown is released whatever its handler raised."""
         extra = {"task_id": task.id, "stage": task.stage, "attempt": task.attempt}
-        if self._heartbeat.lost(task.id):
-            self._count("lost", 1)
-            log.warning("lease lost on %s: dropping the result", task.id, extra=extra)
+        if not task._settle():   # the shutdown released it meanwhile
             return
+        if self._heartbeat.lost(task.id):
+            log_task.warning("lease lost on %s: dropping the result", task.id, extra=extra)
+            self._ended(task, "lost")
+            return
+        if kind == "error" and task.cancel_reason == "shutdown" and not isinstance(value, Interrupted):
+            value = Interrupted(f"cut short {task.cancel_detail}: {_failure(value)[0]}")
         holds = lambda: self._heartbeat.holds(task.id)  # noqa: E731
         with self._db() as db:
             try:
@@ -650,65 +877,93 @@ class Worker:
                     ok = db.query("SELECT queue.finish(id => %s, lease => %s, next_stage => %s, stage => %s,"
                                   " result => %s)", (task.id, task.lease, next_stage, task.stage,
                                                      None if result is None else Jsonb(result)), holds)[0][0]
+                    what, error = "finished", None
                     if ok:
-                        self._count("finished", 1)
                         with self._counting:
                             self.counters.finished_ids.append(task.id)
                 elif isinstance(value, Snooze):
                     ok = db.query("SELECT queue.release(id => %s, lease => %s, retry_in => %s * interval '1 second',"
                                   " stage => %s)", (task.id, task.lease, value.seconds, task.stage), holds)[0][0]
-                    log.info("snoozed %s for %.3f s", task.id, value.seconds, extra=extra)
-                    self._count("snoozed", ok)
+                    if isinstance(value, Interrupted):
+                        what, error = "released", str(value)
+                        log_task.info("released %s (%s)", task.id, value, extra=extra)
+                    else:
+                        what, error = "snoozed", None
+                        log_task.info("snoozed %s for %.3f s", task.id, value.seconds, extra=extra)
                 else:
                     error, fatal, retry_in = _failure(value)
                     error = storable(error)  # as stored; a lone surrogate would also break a log handler's encoding
-                    log.warning("task %s (%s, attempt %s) failed%s: %s", task.id, task.stage, task.attempt,
-                                " for good" if fatal else "", error, extra={**extra, "error": error, "fatal": fatal})
-                    ok = self._fail(db, task, error, fatal, retry_in, holds)
-                    self._count("failed", ok)
+                    log_task.warning("task %s (%s, attempt %s) failed%s: %s", task.id, task.stage, task.attempt,
+                                     " for good" if fatal else "", error, extra={**extra, "error": error, "fatal": fatal})
+                    ok, error = self._fail(db, task, error, fatal, retry_in, holds)
+                    what = "fatal" if fatal else "failed"
             except psycopg.Error as e:
                 if not transient(e):
                     raise
-                log.warning("task %s not recorded while its lease held (%s): reap_hung() hands it back", task.id,
-                            _one_line(e), extra={**extra, "error": _one_line(e)})
+                log_task.warning("task %s not recorded while its lease held (%s): reap_hung() hands it back", task.id,
+                                 _one_line(e), extra={**extra, "error": _one_line(e)})
+                self._ended(task, "unrecorded", _one_line(e), e)
                 return
         if not ok:  # false: the lease was no longer ours (reaped and retaken, or cancelled)
-            self._count("lost", 1)
-            log.warning("lease lost on %s", task.id, extra=extra)
+            log_task.warning("lease lost on %s", task.id, extra=extra)
+            self._ended(task, "lost")
+            return
+        self._ended(task, what, error)
 
     def _fail(self, db: _Db, task: Task, error: str, fatal: bool, retry_in: float | None,
-              holds: Callable[[], bool]) -> bool:
-        """queue.fail; an error text refused all the same is replaced by a plain one, once."""
+              holds: Callable[[], bool]) -> tuple[bool, str]:
+        """queue.fail; an error text refused all the same is replaced by a plain one, once. Whether
+        it was recorded, and the text stored."""
         query = ("SELECT queue.fail(id => %s, lease => %s, error => %s, fatal => %s,"
                  " retry_in => %s::float8 * interval '1 second', stage => %s)")
         try:
-            return db.query(query, (task.id, task.lease, storable(error), fatal, retry_in, task.stage), holds)[0][0]
+            return db.query(query, (task.id, task.lease, storable(error), fatal, retry_in, task.stage), holds)[0][0], error
         except (psycopg.Error, UnicodeError) as e:  # not a lost connection: _Db.query retries those
             if isinstance(e, psycopg.Error) and transient(e):
                 raise
             log.warning("fail on %s: the error text was refused (%s); recording a plain one", task.id, _one_line(e))
-            return db.query(query, (task.id, task.lease, f"handler failed; its error text was refused ({type(e).__name__})",
-                                    fatal, retry_in, task.stage), holds)[0][0]
+            error = f"handler failed; its error text was refused ({type(e).__name__})"
+            return db.query(query, (task.id, task.lease, error, fatal, retry_in, task.stage), holds)[0][0], error
 
     def _shut_down(self, db: _Db) -> None:
-        """Wait up to shutdown_timeout for the tasks in hand, then release the rest (back at once)."""
-        deadline = time.monotonic() + self.shutdown_timeout
+        """Wait for the tasks in hand until the deadline stop() set (shutdown_timeout, or now); then
+        cancel the rest for "shutdown", wait cancel_wait for them to end (they release their tasks
+        themselves), and release what is still running (back at once, the attempt not counted)."""
+        said = time.monotonic()
         with self._slots:
-            while self._running and time.monotonic() < deadline:
-                self._slots.wait(min(0.5, max(0.0, deadline - time.monotonic())))
+            while self._running and time.monotonic() < (self._deadline or 0.0):
+                self._slots.wait(min(0.5, max(0.0, (self._deadline or 0.0) - time.monotonic())))
+                if self._running and time.monotonic() - said >= 5.0 and self._deadline is not None:
+                    said = time.monotonic()
+                    log.info("draining: %d task(s) still running, %.0f s left", len(self._running),
+                             max(self._deadline - said, 0.0))
+            left = list(self._running.values())
+        if left:
+            log.warning("%d task(s) still running %s: cutting them short, then releasing them (ready again, the attempt "
+                        "not counted)", len(left), self._why)
+        for task, _ in left:
+            task._cancel_now("shutdown", self._why)
+        cancel_end = time.monotonic() + self.cancel_wait
+        with self._slots:
+            while self._running and time.monotonic() < cancel_end:
+                self._slots.wait(min(0.5, max(0.0, cancel_end - time.monotonic())))
             left = list(self._running.values())
         for task, _ in left:
+            if not task._settle():   # its thread is recording its end right now
+                continue
             self._heartbeat.done(task.id)   # its result, if it comes, is dropped
             future = self._futures.get(task.id)
             if future is not None:   # an async handler is cancelled; a thread cannot be
                 future.cancel()
             try:
-                db.query("SELECT queue.release(id => %s, lease => %s, stage => %s)", (task.id, task.lease, task.stage),
-                         holds=lambda: False)
-                log.warning("task %s still running after the shutdown timeout (%g s): released", task.id,
-                            self.shutdown_timeout, extra={"task_id": task.id, "stage": task.stage})
-            except (psycopg.Error, Unreachable) as e:
-                log.warning("task %s not released (%s): its lease runs out", task.id, e)
+                ok = db.query("SELECT queue.release(id => %s, lease => %s, stage => %s)",
+                              (task.id, task.lease, task.stage), holds=lambda: False)[0][0]
+                log_task.warning("task %s still running %s: %s", task.id, self._why, "released" if ok else "lease lost",
+                                 extra={"task_id": task.id, "stage": task.stage})
+                self._ended(task, "released" if ok else "lost", f"still running {self._why}")
+            except (psycopg.Error, Unreachable, Refused) as e:
+                log_task.warning("task %s not released (%s): its lease runs out", task.id, e)
+                self._ended(task, "unrecorded", str(e), e.__cause__ or e)
 
     # -- transactional mode ----------------------------------------------------------------------
     def _run_locked_batch(self, db: _Db) -> bool:
@@ -738,7 +993,7 @@ class Worker:
                         self._count("finished", 1)
                         self.counters.finished_ids.append(task_id)
                     except Exception as e:  # noqa: BLE001 - the handler's writes are rolled back to the savepoint
-                        if isinstance(e, psycopg.Error) and _lost_connection(e, conn):
+                        if isinstance(e, psycopg.Error) and (_lost_connection(e, conn) or prepared_lost(e)):
                             raise
                         error, fatal, retry_in = _failure(e)
                         if isinstance(e, Snooze):
@@ -750,6 +1005,10 @@ class Worker:
                                      (task_id, storable(error), fatal, retry_in, self.name, stage))
                         self._count("failed", 1)
         except psycopg.Error as e:
+            if prepared_lost(e):   # a transaction pooler: the batch rolled back; again unprepared
+                self._pooler_found(e)
+                db.close()
+                return True
             if _lost_connection(e, conn):
                 db.lost(e)   # the transaction rolled back: its tasks were never taken
                 return True
@@ -788,6 +1047,17 @@ class AsyncWorker(Worker):
             if install_signals:
                 for signum in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(signum)
+
+
+def _maintain_once(db: _Db) -> None:
+    """queue.maintain_now() once (until_empty: expired leases come back before the worker decides
+    the stages are empty); a login that may not run it, or an error that passes, is skipped."""
+    try:
+        db.query("SELECT * FROM queue.maintain_now()", holds=lambda: False)
+    except psycopg.Error as e:
+        if e.sqlstate != "42501" and not transient(e):
+            raise
+        log.warning("maintain: %s: the tasks of a worker that died stay running until a maintenance runs", _one_line(e))
 
 
 def _outcome(value: Any) -> tuple[str | None, Any]:

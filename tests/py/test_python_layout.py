@@ -8,6 +8,7 @@ No database: the imports are read from the source with ast.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from skiplock.sqlfiles import ROOT
@@ -98,8 +99,30 @@ def test_the_commands_report_errors_through_skiplock_errors() -> None:
     assert "cli" not in set().union(*(deps for name, deps in graph.items() if name != "__main__"))
     for command in ("cmd_enqueue", "cmd_maintain", "cmd_run_sql", "cmd_worker"):
         assert "errors" in graph[command], command
-    assert {"slots"} <= graph["cmd_worker"] and {"slots"} <= graph["cmd_run_sql"]
+    assert {"slots"} <= graph["cmd_run_sql"] and {"worker"} <= graph["cmd_worker"]
     assert "cmd_worker" not in graph["cmd_run_sql"]
+
+
+# A worker's calls: taking, ending, heartbeating a task, and the workers' maintenance.
+WORKER_CALL = re.compile(r"queue\.(take_next|take_locked|finish|finish_locked|fail|fail_locked|heartbeat|release"
+                         r"|maintain_now)\((?:\)|%s|[a-z_]+ =>)")
+
+
+def worker_calls(path: Path) -> list[str]:
+    """The SQL statements in path's string literals that call a worker function."""
+    return [n.value for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and "SELECT" in n.value
+            and WORKER_CALL.search(n.value)]
+
+
+def test_one_worker_loop_in_the_codebase() -> None:
+    """Issue 52: `skiplock worker` (the CLI) and the reference client are thin layers over
+    skiplock.worker: no other module of the package, nor the client script, takes, heartbeats or
+    ends a task itself (the CLI's loop of slots once did, in cmd_worker.py and slots.py)."""
+    found = {path.stem: worker_calls(path) for path in modules().values()}
+    assert found["worker"], "the pattern finds the library's own calls"
+    assert {name for name, calls in found.items() if calls} == {"worker"}, found
+    assert worker_calls(ROOT / "clients" / "python" / "worker.py") == []
 
 
 # What a user runs: the `skiplock` command (cli, through __main__ or the console script) and the package itself.

@@ -90,28 +90,35 @@ def all_done_once(conn: psycopg.Connection, stage: str, n: int) -> None:
     assert conn.execute("SELECT max(attempt) FROM queue.tasks WHERE stage = %s", (stage,)).fetchone()[0] == 1
 
 
-def test_a_share_lock_past_the_statement_timeout_stops_no_slot(url: str, conn: psycopg.Connection) -> None:
+def test_a_share_lock_past_the_statement_timeout_stops_no_slot(url: str, conn: psycopg.Connection,
+                                                               tmp_path: Path) -> None:
     """A DBA holds SHARE on queue.live_tasks for 5 s while the worker's login has
-    statement_timeout = 1s: takes and finishes time out (57014), are retried, and every slot goes on."""
+    statement_timeout = 1s: takes and finishes time out (57014), are retried, and the worker goes on
+    with all its slots: afterwards four commands run at once."""
     w_url = login(conn, url, "wf_timeout", "statement_timeout = '1s'")
     enqueue(conn, "wf.share", 400)
-    proc = worker(w_url, "wf.share", "-c", "4", "-q", "--", "sh", "-c", "sleep 0.02")
+    # A task {"block": 1} marks that its command runs, then waits for the file "go".
+    script = (f'p=$(cat); case "$p" in *block*) touch "{tmp_path}/$SKIPLOCK_TASK_ID"; '
+              f'while [ ! -e "{tmp_path}/go" ]; do sleep 0.05; done;; *) sleep 0.02;; esac')
+    proc = worker(w_url, "wf.share", "-c", "4", "-q", "--", "sh", "-c", script)
     try:
         wait_for(lambda: counts(conn, "wf.share").get("done", 0) >= 20)
         with conn.transaction():
             conn.execute("LOCK TABLE queue.live_tasks IN SHARE MODE")
             time.sleep(5)
-        locked = conn.execute("SELECT now()").fetchone()[0]
         wait_for(lambda: counts(conn, "wf.share") == {"done": 400})
-        # No slot died: all four finished tasks after the lock.
-        slots_after = conn.execute("SELECT count(DISTINCT worker) FROM queue.tasks WHERE stage = 'wf.share' "
-                                   "AND finished > %s", (locked,)).fetchone()[0]
-        assert slots_after == 4
+        # No slot was lost: four commands run at once after the lock (the CLI once had a thread
+        # per slot, each with its worker name; the library runs them in one worker).
+        enqueue(conn, "wf.share", 4, {"block": 1})
+        wait_for(lambda: len(list(tmp_path.iterdir())) == 4)
+        (tmp_path / "go").touch()
+        wait_for(lambda: counts(conn, "wf.share") == {"done": 404})
         assert proc.poll() is None
     finally:
+        (tmp_path / "go").touch()
         err = stop(proc) if proc.poll() is None else proc.communicate()[1]
     assert "canceling statement due to statement timeout" in err and "retrying" in err, err
-    all_done_once(conn, "wf.share", 400)
+    all_done_once(conn, "wf.share", 404)
 
 
 def test_a_lock_timeout_against_compact_is_retried(url: str, conn: psycopg.Connection) -> None:
@@ -181,22 +188,29 @@ def test_a_disk_full_on_finish_is_retried_while_the_lease_holds(url: str, conn: 
     all_done_once(conn, "wf.disk", 300)
 
 
-def test_too_many_connections_are_waited_out_and_the_reason_is_logged(url: str, conn: psycopg.Connection) -> None:
-    """A login limited to one connection: the second slot cannot connect (53300); it says the
-    server's reason and retries; once the limit is lifted both slots work."""
+def test_too_many_connections_are_waited_out_and_the_reason_is_logged(url: str, conn: psycopg.Connection,
+                                                                      tmp_path: Path) -> None:
+    """A login limited to one connection: the worker takes on its first, then cannot open the one
+    it finishes on (53300); it says the server's reason and retries; once the limit is lifted
+    every task is done once. (The CLI's slots, one connection each, once worked on one
+    connection; the library's worker needs one to take, one to finish and one to heartbeat.)"""
     w_url = login(conn, url, "wf_limit", limit=1)
     enqueue(conn, "wf.limit", 50)
-    proc = worker(w_url, "wf.limit", "-c", "2", "-q", "--no-maintain", "--", "true")
-    try:
-        wait_for(lambda: counts(conn, "wf.limit") == {"done": 50})
-        time.sleep(1)
-        conn.execute("ALTER ROLE wf_limit CONNECTION LIMIT -1")
-        enqueue(conn, "wf.limit", 2, {"sleep": 1})
-        wait_for(lambda: counts(conn, "wf.limit").get("done", 0) == 52)
-    finally:
-        err = stop(proc) if proc.poll() is None else proc.communicate()[1]
+    log = tmp_path / "worker.log"
+    with log.open("w") as out:
+        proc = worker(w_url, "wf.limit", "-c", "2", "-q", "--no-maintain", "--", "true", stderr=out)
+        try:
+            wait_for(lambda: "too many connections for role" in log.read_text())
+            assert counts(conn, "wf.limit").get("done", 0) < 50
+            conn.execute("ALTER ROLE wf_limit CONNECTION LIMIT -1")
+            enqueue(conn, "wf.limit", 2, {"sleep": 1})
+            wait_for(lambda: counts(conn, "wf.limit") == {"done": 52})
+        finally:
+            stop(proc) if proc.poll() is None else proc.wait()
+    err = log.read_text()
     assert "cannot connect (" in err and "too many connections for role" in err, err
     assert "(OperationalError)" not in err
+    all_done_once(conn, "wf.limit", 52)
 
 
 def test_a_login_that_cannot_pass_ends_the_worker_in_one_line(url: str, conn: psycopg.Connection) -> None:
@@ -383,3 +397,31 @@ def test_maintain_now_runs_in_one_session_at_a_time_and_a_worker_login_may_call_
                 worker.execute("SELECT * FROM queue.maintain(now() + interval '1 day')")
     finally:
         conn.execute("DROP ROLE wf_maintainer")
+
+
+def test_the_library_takes_a_prepared_statement_name_reused_under_it_for_a_pooler(url: str) -> None:
+    """c80cf68's CI hang, in the library: behind an unannounced transaction pooler, a statement
+    psycopg prepared meets, on another server connection, another client's statement of the same
+    name: 08P01 "bind message supplies 3 parameters, but prepared statement … requires 1". Here the
+    name is reused on the worker's own server session, which is what the pooler's swap looks like
+    to it. The worker must take it for the pooler (unprepared statements and polling from now on),
+    not for a lost connection (it once reconnected and went on preparing)."""
+    from skiplock.worker import Worker, _Db
+
+    w = Worker(url, {"wf.prepared": lambda task: None})
+    db = _Db(w, "main", threading.Event())
+    query = "SELECT %s::int + %s::int + %s::int"
+    try:
+        for _ in range(8):   # psycopg prepares a statement run 5 times
+            assert db.query(query, (1, 2, 3)) == [(6,)]
+        assert db.conn is not None
+        (name,) = db.conn.execute("SELECT name FROM pg_prepared_statements WHERE cardinality(parameter_types) = 3",
+                                  prepare=False).fetchone()
+        db.conn.execute(f'DEALLOCATE "{name}"', prepare=False)
+        db.conn.execute(f'PREPARE "{name}"(int) AS SELECT $1', prepare=False)   # another client's, same name
+        assert db.query(query, (1, 2, 3)) == [(6,)]
+        assert w.sessions is False, "08P01 on a prepared statement was not taken for a transaction pooler"
+        assert w.counters.reconnects == 0
+        assert db.conn.prepare_threshold is None
+    finally:
+        db.close()

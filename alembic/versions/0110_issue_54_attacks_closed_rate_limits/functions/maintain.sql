@@ -5,6 +5,8 @@
 --   rotate_partitions  when history_policy.last_rotated is older than rotate_every (one session
 --                      rotates; the others fail pg_try_advisory_xact_lock and go on at once).
 --   stage_waiters      marks of stages no worker waits on any more (queue._forget_waiters()).
+--   finished_counts    runs counted for stages that keep no history: closed hours merged, those
+--                      older than 7 days moved to finished_dropped (queue._fold_counts()).
 --   compact            when queue._compaction_due() says the hot table is mostly free space; last,
 --                      as its ACCESS EXCLUSIVE lock lasts until the transaction ends; skipped after
 --                      a rotation that changed partitions. It cancels an autovacuum in its way
@@ -26,6 +28,7 @@ DECLARE
     v_reaped  integer;
     v_fired   integer;
     v_forgot  integer;
+    v_folded  integer;
     v_compact_key CONSTANT bigint := pg_catalog.hashtextextended('skiplock.compact', 0);
     v_done    text;
     v_due     boolean;
@@ -86,6 +89,13 @@ BEGIN
     count := v_forgot;
     detail := CASE WHEN v_forgot = 0 THEN 'no stale waiting mark'
                    ELSE pg_catalog.format('%s stale waiting marks deleted', v_forgot) END;
+    RETURN NEXT;
+    -- Runs counted without history rows: without this, a row per backend and minute would stay.
+    v_folded := queue._fold_counts();
+    task := 'finished_counts';
+    count := v_folded;
+    detail := CASE WHEN v_folded = 0 THEN 'nothing to fold'
+                   ELSE pg_catalog.format('%s rows of counted runs folded', v_folded) END;
     RETURN NEXT;
     -- Last, because its lock on the hot table lasts until this transaction ends.
     task := 'compact';

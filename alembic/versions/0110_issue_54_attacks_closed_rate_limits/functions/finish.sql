@@ -60,13 +60,27 @@ BEGIN
             RETURN true;
         END IF;
         -- A stage that keeps no history of done runs ('none', 'failures'): deleted and counted.
-        DELETE FROM queue.live_tasks t
-         WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NULL
-           AND t.waits = 0 AND t.history IS NOT NULL
-           AND (finish.stage IS NULL OR t.stage = finish.stage)
-        RETURNING t.stage INTO v_stage;
+        WITH gone AS (
+            DELETE FROM queue.live_tasks t
+             WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NULL
+               AND t.waits = 0 AND t.history IS NOT NULL
+               AND (finish.stage IS NULL OR t.stage = finish.stage)
+            RETURNING t.stage
+        ), counted AS (
+            -- this backend's row of the minute, as _count_runs counts (one statement, no call: the row
+            -- exists but for the minute's first run, which _count_runs then inserts)
+            UPDATE queue.finished_counts c
+               SET runs = c.runs OPERATOR(pg_catalog.+) 1
+              FROM gone g
+             WHERE c.stage = g.stage AND c.status = 'done' AND c.backend = pg_catalog.pg_backend_pid()
+               AND c.minute = pg_catalog.date_bin(interval '1 minute', pg_catalog.now(), timestamptz '2000-01-01 00:00+00')
+            RETURNING 1
+        )
+        SELECT g.stage, EXISTS (SELECT FROM counted) INTO v_stage, v_counted FROM gone g;
         IF FOUND THEN
-            PERFORM queue._count_runs(v_stage, 'done');
+            IF NOT v_counted THEN
+                PERFORM queue._count_runs(v_stage, 'done');
+            END IF;
             RETURN true;
         END IF;
 

@@ -28,6 +28,7 @@ DECLARE
     v_key   text;
     v_task  queue.live_tasks;
     v_stage text;
+    v_counted boolean;
 BEGIN
     -- One test when the arguments are good and no result is given; the rest only when it holds.
     IF finish_locked.id IS NULL OR pg_catalog.length(finish_locked.worker) > 200 OR finish_locked.result IS NOT NULL THEN
@@ -68,20 +69,34 @@ BEGIN
         RETURN true;  -- deleted, it needs no strike-out: a later end finds no row
     END IF;
     -- A stage that keeps no history of done runs ('none', 'failures'): deleted and counted.
-    DELETE FROM queue.live_tasks t
-     WHERE (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
-       AND t.ctid = (SELECT l.ctid
-                       FROM queue.live_tasks l
-                      WHERE l.id = finish_locked.id AND l.status IN ('ready', 'error') AND l.repeat IS NULL
-                        AND l.waits = 0 AND l.history IS NOT NULL
-                        AND (finish_locked.stage IS NULL OR l.stage = finish_locked.stage)
-                        AND pg_catalog.strpos(v_held, queue._held_entry(
-                                pg_catalog.concat(v_key, '/', l.attempt + 1, '/', EXTRACT(epoch FROM l.run_at)),
-                                pg_catalog.pg_current_xact_id(), l.id)) > 0
-                        FOR UPDATE SKIP LOCKED)
-    RETURNING t.stage INTO v_stage;
+    WITH gone AS (
+        DELETE FROM queue.live_tasks t
+         WHERE (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
+           AND t.ctid = (SELECT l.ctid
+                           FROM queue.live_tasks l
+                          WHERE l.id = finish_locked.id AND l.status IN ('ready', 'error') AND l.repeat IS NULL
+                            AND l.waits = 0 AND l.history IS NOT NULL
+                            AND (finish_locked.stage IS NULL OR l.stage = finish_locked.stage)
+                            AND pg_catalog.strpos(v_held, queue._held_entry(
+                                    pg_catalog.concat(v_key, '/', l.attempt + 1, '/', EXTRACT(epoch FROM l.run_at)),
+                                    pg_catalog.pg_current_xact_id(), l.id)) > 0
+                            FOR UPDATE SKIP LOCKED)
+        RETURNING t.stage
+    ), counted AS (
+        -- this backend's row of the minute, as _count_runs counts (one statement, no call: the row
+        -- exists but for the minute's first run, which _count_runs then inserts)
+        UPDATE queue.finished_counts c
+           SET runs = c.runs OPERATOR(pg_catalog.+) 1
+          FROM gone g
+         WHERE c.stage = g.stage AND c.status = 'done' AND c.backend = pg_catalog.pg_backend_pid()
+           AND c.minute = pg_catalog.date_bin(interval '1 minute', pg_catalog.now(), timestamptz '2000-01-01 00:00+00')
+        RETURNING 1
+    )
+    SELECT g.stage, EXISTS (SELECT FROM counted) INTO v_stage, v_counted FROM gone g;
     IF FOUND THEN
-        PERFORM queue._count_runs(v_stage, 'done');
+        IF NOT v_counted THEN
+            PERFORM queue._count_runs(v_stage, 'done');
+        END IF;
         RETURN true;
     END IF;
 

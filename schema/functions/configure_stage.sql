@@ -165,6 +165,6 @@ BEGIN
     RETURN v_row;
 END
 $$;
-COMMENT ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer, interval, text) IS 'Sets a stage''s policy (NULL keeps a value; ''*'' sets the defaults): lease, retries, wake-ups, max_running, group_limit, rate_limit and task_timeout (0 removes each), paused, weight. 22023 for an invalid value. Writes queue.stage_settings.';
+COMMENT ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer, interval, text) IS 'Sets a stage''s policy (NULL keeps a value; ''*'' sets the defaults): lease, retries, wake-ups, max_running, group_limit, rate_limit and task_timeout (0 removes each), paused, weight, history. 22023 for an invalid value. Writes queue.stage_settings.';
 REVOKE ALL ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer, interval, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer, interval, text) TO skiplock_admin;

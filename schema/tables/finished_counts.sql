@@ -10,7 +10,10 @@ CREATE TABLE queue.finished_counts (
     backend  integer           NOT NULL,
     runs     bigint            NOT NULL,
     CONSTRAINT finished_counts_pkey PRIMARY KEY (stage, status, minute, backend)
-);
+)
+-- A backend's row takes a new version a run: pages mostly empty are pruned of the old versions
+-- after a few runs, so that each update walks a short chain.
+WITH (fillfactor = 10);
 
 COMMENT ON TABLE queue.finished_counts IS 'Finished runs not kept in queue.history (stages with history ''none'' or ''failures''), per stage, status, minute and backend; maintain() merges closed hours and moves rows older than 7 days to queue.finished_dropped.';
 COMMENT ON COLUMN queue.finished_counts.stage IS 'Stage.';

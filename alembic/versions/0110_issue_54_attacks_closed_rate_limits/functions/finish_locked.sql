@@ -87,8 +87,7 @@ BEGIN
         -- exists but for the minute's first run, which _count_runs then inserts)
         UPDATE queue.finished_counts c
            SET runs = c.runs OPERATOR(pg_catalog.+) 1
-          FROM gone g
-         WHERE c.stage = g.stage AND c.status = 'done' AND c.backend = pg_catalog.pg_backend_pid()
+         WHERE c.stage = (SELECT g.stage FROM gone g) AND c.status = 'done' AND c.backend = pg_catalog.pg_backend_pid()
            AND c.minute = pg_catalog.date_bin(interval '1 minute', pg_catalog.now(), timestamptz '2000-01-01 00:00+00')
         RETURNING 1
     )

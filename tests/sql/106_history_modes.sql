@@ -4,7 +4,7 @@
 -- queue.finished_counts and what the views make of them, the default unchanged, the stamp of a
 -- task enqueued before a change, the refusals, and maintain's fold of the counts.
 BEGIN;
-SELECT plan(45);
+SELECT plan(46);
 
 -- The counts of a stage, by status.
 CREATE FUNCTION pg_temp.counted(stage text) RETURNS TABLE (status text, runs integer) LANGUAGE sql AS $$
@@ -21,6 +21,9 @@ SELECT throws_ok($$SELECT queue.configure_stage('hm.bad', history => 'some')$$, 
 SELECT throws_ok($$SELECT queue.configure_stage('*', history => 'none')$$, '22023', 'invalid history mode',
                  'a mode for ''*'': 22023 (enqueue reads the stage''s own row only)');
 SELECT lives_ok($$SELECT queue.configure_stage('*', history => 'all')$$, '''all'' for ''*'' is what it has');
+SELECT results_eq($$SELECT stage, history FROM queue.stage_config WHERE stage IN ('*', 'hm.none', 'hm.fail', 'hm.all') ORDER BY stage$$,
+                  $$VALUES ('*', 'all'), ('hm.all', 'all'), ('hm.fail', 'failures'), ('hm.none', 'none')$$,
+                  'stage_config shows each stage''s mode');
 
 -- enqueue and enqueue_batch stamp the stage's mode; a stage without a row keeps all.
 SELECT queue.enqueue('{}', 'hm.none') AS n1 \gset

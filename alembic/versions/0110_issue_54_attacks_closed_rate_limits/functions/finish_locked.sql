@@ -88,6 +88,7 @@ BEGIN
         UPDATE queue.finished_counts c
            SET runs = c.runs OPERATOR(pg_catalog.+) 1
          WHERE c.stage = (SELECT g.stage FROM gone g) AND c.status = 'done' AND c.backend = pg_catalog.pg_backend_pid()
+           AND (finish_locked.stage IS NULL OR c.stage = finish_locked.stage)  -- Citus: the statement stays on the stage's shard
            AND c.minute = pg_catalog.date_bin(interval '1 minute', pg_catalog.now(), timestamptz '2000-01-01 00:00+00')
         RETURNING 1
     )

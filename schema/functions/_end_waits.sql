@@ -9,7 +9,7 @@
 -- waits is -1, without a second statement for the others.
 -- Locks the waiting tasks' rows in id order before their edges (as cancel does: no two ends wait
 -- for each other), then counts down on them, so that the last two awaited tasks ending at once
--- are serialised on the row. Writes queue.dependencies, queue.live_tasks, queue.history.
+-- are serialised on the row. Writes queue.dependencies, queue.live_tasks, queue.history (_end_run).
 CREATE OR REPLACE FUNCTION queue._end_waits(id bigint, status queue.task_status)
     RETURNS boolean
     LANGUAGE plpgsql
@@ -66,12 +66,11 @@ BEGIN
              WHERE t.id = ANY (v_cancel) AND t.status = 'waiting'
             RETURNING t.*
         LOOP
-            INSERT INTO queue.history
-            SELECT (queue._history_row(v_task, 'cancelled', v_task.attempt, v_task.worker,
-                                       queue._bounded_error(pg_catalog.format('task %s, which it waited for, ended %s',
-                                                                              v_ended[v_i], CASE WHEN v_i = 1 THEN _end_waits.status
-                                                                                                 ELSE 'cancelled' END)),
-                                       NULL, v_now)).*;
+            PERFORM queue._end_run(v_task, 'cancelled', v_task.attempt, v_task.worker,
+                                   queue._bounded_error(pg_catalog.format('task %s, which it waited for, ended %s',
+                                                                          v_ended[v_i], CASE WHEN v_i = 1 THEN _end_waits.status
+                                                                                             ELSE 'cancelled' END)),
+                                   NULL, v_now);
             DELETE FROM queue.dependencies d WHERE d.task = v_task.id;
             v_ended := v_ended || v_task.id;  -- a waiting task's waits does not say whether something waits for it
         END LOOP;

@@ -10,7 +10,7 @@
 -- repeat or mode 'rerun' with after; P0002 for a task of after found neither live nor in history
 -- (never enqueued, or its history was rotated away); 0A000 on Citus. Locks the live tasks of after
 -- (row locks, so a task held by take_locked's transaction makes this wait for it); writes
--- queue.live_tasks, queue.dependencies and, when it cancels at once, queue.history.
+-- queue.live_tasks, queue.dependencies and, when it cancels at once, its end (_end_run).
 CREATE OR REPLACE FUNCTION queue._enqueue_after(payload jsonb, stage text, priority integer, run_at timestamptz,
                                                 key text, mode text, repeat interval, group_key text,
                                                 after bigint[], after_failed text)
@@ -30,6 +30,7 @@ DECLARE
     v_status  queue.task_status;
     v_id      bigint;
     v_task    queue.live_tasks;
+    v_history text := (queue._settings(_enqueue_after.stage)).history;  -- stamped as enqueue stamps it
 BEGIN
     IF pg_catalog.array_position(_enqueue_after.after, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'after must not contain NULL'
@@ -66,10 +67,10 @@ BEGIN
     -- The task waits for all of them until the lookups below say otherwise.
     LOOP
         INSERT INTO queue.live_tasks AS t (stage, status, priority, run_at, payload, key, created, updated,
-                                           group_key, waits)
+                                           group_key, waits, history)
         VALUES (_enqueue_after.stage, 'waiting', _enqueue_after.priority, _enqueue_after.run_at,
                 _enqueue_after.payload, _enqueue_after.key, v_now, v_now, _enqueue_after.group_key,
-                pg_catalog.cardinality(v_after))
+                pg_catalog.cardinality(v_after), v_history)
         ON CONFLICT (stage, key) WHERE key IS NOT NULL DO NOTHING
         RETURNING t.id INTO v_id;
         EXIT WHEN v_id IS NOT NULL;
@@ -133,10 +134,9 @@ BEGIN
         IF v_failed IS NOT NULL AND _enqueue_after.after_failed = 'cancel' THEN
             DELETE FROM queue.live_tasks t WHERE t.id = v_id AND t.stage = _enqueue_after.stage
             RETURNING t.* INTO v_task;
-            INSERT INTO queue.history
-            SELECT (queue._history_row(v_task, 'cancelled', 0, NULL,
-                                       pg_catalog.format('task %s, which it waited for, ended %s', v_failed, v_status),
-                                       NULL, v_now)).*;
+            PERFORM queue._end_run(v_task, 'cancelled', 0, NULL,
+                                   pg_catalog.format('task %s, which it waited for, ended %s', v_failed, v_status),
+                                   NULL, v_now);
             RETURN v_id;
         END IF;
         UPDATE queue.live_tasks t

@@ -5,7 +5,7 @@
 -- (_retry_delay); due at once, it wakes the stage's waiting workers. attempt, worker and started are
 -- the attempt's, as they go to queue.history; the error text is cut to 2,000 characters.
 -- The caller has locked the row; history is written only for a row it deleted or re-armed.
--- Writes queue.live_tasks, and queue.history when fatal.
+-- Writes queue.live_tasks, and when fatal its end (_end_run: queue.history, or a count).
 CREATE OR REPLACE FUNCTION queue._fail_attempt(task queue.live_tasks, attempt integer, worker text,
                                                started timestamptz, error text, fatal boolean,
                                                retry_in interval, now timestamptz)
@@ -27,9 +27,8 @@ BEGIN
         END IF;
         DELETE FROM queue.live_tasks t WHERE t.id = task.id AND t.stage = task.stage;
         IF FOUND THEN  -- history only for a row this deleted (never two final rows for one run)
-            INSERT INTO queue.history
-            SELECT (queue._history_row(task, 'fatal', _fail_attempt.attempt, _fail_attempt.worker, v_error,
-                                       _fail_attempt.started, _fail_attempt.now)).*;
+            PERFORM queue._end_run(task, 'fatal', _fail_attempt.attempt, _fail_attempt.worker, v_error,
+                                   _fail_attempt.started, _fail_attempt.now);
             IF task.waits < 0 THEN  -- something waits for it
                 PERFORM queue._end_waits(task.id, 'fatal');
             END IF;

@@ -3,7 +3,8 @@
 -- running it finds its lease gone (finish and fail return false, heartbeat raises SK001). For a periodic task this ends its schedule; its history keeps the runs.
 -- A task cancelled while it waits is recorded without a start, so its wait is not counted as run
 -- time. Raises 22004 for a NULL id, P0002 for an unknown id, 55000 for a finished task.
--- Locks the task's row; writes queue.live_tasks, queue.history (queue.dependencies via _end_waits).
+-- Locks the task's row; writes queue.live_tasks, its end (_end_run: queue.history, or a count for a
+-- stage that keeps none), queue.dependencies via _end_waits.
 -- stage, when given, is the task's stage (routes the call on Citus); any other: P0002.
 CREATE OR REPLACE FUNCTION queue.cancel(id bigint, stage text DEFAULT NULL)
     RETURNS void
@@ -31,11 +32,10 @@ BEGIN
     -- row (finish_locked stamps the clock, later than this now()), and the cancel, the task's
     -- last event, is stamped no earlier than it.
     -- A task cancelled while it waits has no run to time (queue.hourly: finished - started).
-    INSERT INTO queue.history
-    SELECT (queue._history_row(v_task, 'cancelled', v_task.attempt, v_task.worker, v_task.error_text,
-                               CASE WHEN v_task.status = 'running' THEN v_task.started END,
-                               GREATEST(v_now, (SELECT pg_catalog.max(h.finished) FROM queue.history h
-                                                 WHERE h.id = v_task.id AND h.stage = v_task.stage)))).*;
+    PERFORM queue._end_run(v_task, 'cancelled', v_task.attempt, v_task.worker, v_task.error_text,
+                           CASE WHEN v_task.status = 'running' THEN v_task.started END,
+                           GREATEST(v_now, (SELECT pg_catalog.max(h.finished) FROM queue.history h
+                                             WHERE h.id = v_task.id AND h.stage = v_task.stage)));
     IF v_task.waits <> 0 THEN  -- it waits, or something waits for it
         PERFORM queue._end_waits(v_task.id, 'cancelled');
     END IF;

@@ -6,11 +6,18 @@
 --   rate_limit   at most so many takes per rate_window (default 1 s), of each group_key with
 --                rate_per_group; rate_burst: at most so many per its share of a window;
 --   weight       tasks a multi-stage take serves from the stage in its turn (1 to 1000);
---   task_timeout how long a worker lets an attempt run (enforced by the workers). 0 removes a limit.
+--   task_timeout how long a worker lets an attempt run (enforced by the workers). 0 removes a limit;
+--   history      what queue.history keeps of its ended tasks: 'all', 'failures' (fatal ends) or
+--                'none'; runs not kept are counted (queue.finished_counts). The stage's waiting tasks
+--                not locked now take the new mode; a task keeps the mode it has when its run ends.
 -- A new limit applies to takes that start after this call commits; running tasks are not stopped.
 -- Resuming a stage or changing a cap sends its NOTIFY (unless notify is off), waking its workers.
 -- Raises 22004/22023 for a bad stage, 22023 for a value out of range (leases and backoffs at most
--- 100 years). Locks and writes the stage's row of queue.stage_settings.
+-- 100 years) or a history mode unknown or given for '*'. Locks and writes the stage's row of
+-- queue.stage_settings; with history, the stage's waiting tasks it can lock (SKIP LOCKED).
+-- The form without history is dropped first, so that calls resolve to this one.
+-- squawk-ignore ban-drop-function
+DROP FUNCTION IF EXISTS queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer, interval);
 CREATE OR REPLACE FUNCTION queue.configure_stage(
         stage          text,
         lease_duration interval DEFAULT NULL,
@@ -28,7 +35,8 @@ CREATE OR REPLACE FUNCTION queue.configure_stage(
         rate_burst     integer  DEFAULT NULL,
         rate_per_group boolean  DEFAULT NULL,
         weight         integer  DEFAULT NULL,
-        task_timeout   interval DEFAULT NULL)
+        task_timeout   interval DEFAULT NULL,
+        history        text     DEFAULT NULL)
     RETURNS queue.stage_settings
     LANGUAGE plpgsql
     VOLATILE
@@ -60,6 +68,17 @@ BEGIN
             USING ERRCODE = '22023',
                   DETAIL = pg_catalog.format('group_limit is %s.', configure_stage.group_limit),
                   HINT = 'Give the most tasks of one group_key that may run at once (1: one at a time), 0 to remove the cap, or NULL to keep it.';
+    END IF;
+    -- enqueue reads the mode from the stage's own row only (one probe), so '*' keeps all.
+    IF configure_stage.history IS NOT NULL
+       AND (configure_stage.history NOT IN ('all', 'failures', 'none')
+            OR (configure_stage.stage = '*' AND configure_stage.history <> 'all')) THEN
+        RAISE EXCEPTION 'invalid history mode'
+            USING ERRCODE = '22023',
+                  DETAIL = CASE WHEN configure_stage.history IN ('failures', 'none')
+                                THEN pg_catalog.format('history %s was given for stage ''*''.', pg_catalog.quote_literal(configure_stage.history))
+                                ELSE pg_catalog.format('history is %s.', pg_catalog.quote_literal(pg_catalog.left(configure_stage.history, 80))) END,
+                  HINT = 'Give ''all'' (the default), ''failures'' (keep only fatal ends) or ''none'', for a stage by its name (not ''*''), or NULL to keep it.';
     END IF;
     -- Past this, now() + a lease or a backoff can leave the timestamp range, and reap_hung (for
     -- every stage at once) or the stage's takes would fail.
@@ -105,6 +124,8 @@ BEGIN
                weight         = coalesce(configure_stage.weight, s.weight),
                task_timeout   = CASE WHEN configure_stage.task_timeout IS NULL THEN s.task_timeout
                                      ELSE NULLIF(configure_stage.task_timeout, interval '0') END,
+               history        = CASE WHEN configure_stage.history IS NULL THEN s.history
+                                     ELSE NULLIF(configure_stage.history, 'all') END,
                updated        = pg_catalog.now()
          WHERE s.stage = configure_stage.stage
         RETURNING s.* INTO v_row;
@@ -115,6 +136,19 @@ BEGIN
                   HINT = 'lease_duration > 0 (at most 100 years), max_attempts >= 1, backoff ''linear'' or ''exponential'', delays >= 0, jitter between 0 and 1, '
                          || 'rate_window 1 ms to 31 days without months, rate_burst at most rate_limit, weight 1 to 1000, task_timeout >= 0 (0 removes it).';
     END;
+    -- The stage's waiting tasks take the new mode (enqueue stamps each task with it), but for those a
+    -- transaction holds now (take_locked, a drain): they keep the mode they have, as one enqueued
+    -- at the same time as this call may. The totals count every run either way. SQL tasks keep all.
+    IF configure_stage.history IS NOT NULL AND configure_stage.stage <> '*' THEN
+        UPDATE queue.live_tasks t
+           SET history = v_row.history
+         WHERE t.stage = configure_stage.stage
+           AND t.ctid = ANY (ARRAY(SELECT c.ctid
+                                     FROM queue.live_tasks c
+                                    WHERE c.stage = configure_stage.stage AND c.status <> 'running'
+                                      AND c.run_as IS NULL AND c.history IS DISTINCT FROM v_row.history
+                                      FOR UPDATE SKIP LOCKED));
+    END IF;
     -- Resuming a stage or changing a cap can make tasks takeable at once: wake the workers that
     -- wait on it (for '*', on any stage that has had one). Whatever their mark's age: a take
     -- from a paused stage, or one at its cap, returns without renewing it. One NOTIFY a call.
@@ -131,6 +165,6 @@ BEGIN
     RETURN v_row;
 END
 $$;
-COMMENT ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer, interval) IS 'Sets a stage''s policy (NULL keeps a value; ''*'' sets the defaults): lease, retries, wake-ups, max_running, group_limit, rate_limit and task_timeout (0 removes each), paused, weight. 22023 for an invalid value. Writes queue.stage_settings.';
-REVOKE ALL ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer, interval) TO skiplock_admin;
+COMMENT ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer, interval, text) IS 'Sets a stage''s policy (NULL keeps a value; ''*'' sets the defaults): lease, retries, wake-ups, max_running, group_limit, rate_limit and task_timeout (0 removes each), paused, weight, history. 22023 for an invalid value. Writes queue.stage_settings.';
+REVOKE ALL ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer, interval, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer, interval, text) TO skiplock_admin;

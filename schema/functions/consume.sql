@@ -7,7 +7,8 @@
 -- A paused stage returns nothing; a restricted one raises 42501 unless the caller may take; a
 -- stage with max_running, group_limit or rate_limit raises 0A000 (consumed tasks never run, so they cannot
 -- count). Finding nothing due, it marks the stage as waited on, as take_next.
--- Locks the claimed rows; deletes them from queue.live_tasks, inserts them into queue.history.
+-- Locks the claimed rows; deletes them from queue.live_tasks, inserts them into queue.history (a
+-- stage that keeps no history of done runs: counts them, queue.finished_counts).
 CREATE OR REPLACE FUNCTION queue.consume(
         stage text    DEFAULT 'default',
         batch integer DEFAULT 100)
@@ -21,6 +22,8 @@ CREATE OR REPLACE FUNCTION queue.consume(
 AS $$
 DECLARE
     v_settings queue.stage_settings;
+    v_minute   timestamptz;
+    v_backend  integer;
     v_now         timestamptz := pg_catalog.now();
 BEGIN
     -- <take checks> (take_locked and consume: the same text, tests/py/test_one_way.py)
@@ -47,32 +50,76 @@ BEGIN
 
     -- The claimed rows by their row address: locked, they cannot move before the DELETE, which
     -- then reads them directly instead of joining on the key.
-    RETURN QUERY
-    WITH done AS (
-        DELETE FROM queue.live_tasks t
-         WHERE t.stage = consume.stage AND t.ctid = ANY (ARRAY(
-                   SELECT c.ctid
-                     FROM queue.live_tasks c
-                    WHERE c.stage = consume.stage
-                      AND c.status IN ('ready', 'error')
-                      AND c.run_as IS NULL
-                      AND c.repeat IS NULL
-                      AND c.run_at <= v_now
-                    ORDER BY c.priority, c.run_at, c.id
-                    LIMIT consume.batch
-                      FOR UPDATE SKIP LOCKED))
-        RETURNING t.*
-    ), recorded AS (
-        INSERT INTO queue.history
-        SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt + 1, NULL, d.error_text, v_now, pg_catalog.clock_timestamp())).*
+    -- One statement a call, chosen by the stage's history mode (the tasks carry it from enqueue).
+    IF v_settings.history IS NULL THEN
+        RETURN QUERY
+        WITH done AS (
+            DELETE FROM queue.live_tasks t
+             WHERE t.stage = consume.stage AND t.ctid = ANY (ARRAY(
+                       SELECT c.ctid
+                         FROM queue.live_tasks c
+                        WHERE c.stage = consume.stage
+                          AND c.status IN ('ready', 'error')
+                          AND c.run_as IS NULL
+                          AND c.repeat IS NULL
+                          AND c.run_at <= v_now
+                        ORDER BY c.priority, c.run_at, c.id
+                        LIMIT consume.batch
+                          FOR UPDATE SKIP LOCKED))
+            RETURNING t.*
+        ), recorded AS (
+            INSERT INTO queue.history
+            SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt + 1, NULL, d.error_text, v_now, pg_catalog.clock_timestamp())).*
+              FROM done d
+             -- what waits for it (rare): resolved by _end_waits, one test of a column already returned
+             WHERE CASE WHEN d.waits < 0 THEN queue._end_waits(d.id, 'done') ELSE true END
+            RETURNING 1
+        )
+        SELECT d.id, d.payload, d.attempt + 1, d.priority, d.key
+          FROM done d
+         ORDER BY d.priority, d.run_at, d.id;
+    ELSE
+        -- A stage that keeps no history of done runs: a task stamped so is deleted and counted.
+        v_minute := queue._count_minute();
+        v_backend := pg_catalog.pg_backend_pid();
+        RETURN QUERY
+        WITH done AS (
+            DELETE FROM queue.live_tasks t
+             WHERE t.stage = consume.stage AND t.ctid = ANY (ARRAY(
+                       SELECT c.ctid
+                         FROM queue.live_tasks c
+                        WHERE c.stage = consume.stage
+                          AND c.status IN ('ready', 'error')
+                          AND c.run_as IS NULL
+                          AND c.repeat IS NULL
+                          AND c.run_at <= v_now
+                        ORDER BY c.priority, c.run_at, c.id
+                        LIMIT consume.batch
+                          FOR UPDATE SKIP LOCKED))
+            RETURNING t.*
+        ), recorded AS (
+            INSERT INTO queue.history
+            SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt + 1, NULL, d.error_text, v_now, pg_catalog.clock_timestamp())).*
+              FROM done d
+             WHERE d.history IS NULL
+            RETURNING 1
+        ), counted AS (
+            -- The runs not kept, one count a call (as _count_runs counts; its key from variables:
+            -- on Citus no function runs inside a shard's statement).
+            INSERT INTO queue.finished_counts AS c (stage, status, minute, backend, runs)
+            SELECT consume.stage, 'done', v_minute, v_backend, pg_catalog.count(*)
+              FROM done d
+             WHERE d.history IS NOT NULL
+             HAVING pg_catalog.count(*) > 0
+            ON CONFLICT ON CONSTRAINT finished_counts_pkey DO UPDATE
+               SET runs = c.runs OPERATOR(pg_catalog.+) excluded.runs
+        )
+        SELECT d.id, d.payload, d.attempt + 1, d.priority, d.key
           FROM done d
          -- what waits for it (rare): resolved by _end_waits, one test of a column already returned
          WHERE CASE WHEN d.waits < 0 THEN queue._end_waits(d.id, 'done') ELSE true END
-        RETURNING 1
-    )
-    SELECT d.id, d.payload, d.attempt + 1, d.priority, d.key
-      FROM done d
-     ORDER BY d.priority, d.run_at, d.id;
+         ORDER BY d.priority, d.run_at, d.id;
+    END IF;
     -- Nothing due: the caller will wait on the stage's channel, so enqueues must NOTIFY.
     IF NOT FOUND THEN
         PERFORM queue._mark_waiting(consume.stage);

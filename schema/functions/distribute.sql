@@ -31,13 +31,14 @@ BEGIN
     PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
     -- The tables: the hot table's group first, the small ones copied to every node.
     FOREACH v_table IN ARRAY ARRAY['live_tasks', 'history', 'stage_waiters', 'rate_windows', 'finished_dropped',
-                                   'finished_hours', 'stage_settings', 'stage_access', 'history_policy', 'schedules',
-                                   'fence_key', 'reaper_clock', 'finished_hours_clock', 'dependencies']
+                                   'finished_counts', 'finished_hours', 'stage_settings', 'stage_access', 'history_policy',
+                                   'schedules', 'fence_key', 'reaper_clock', 'finished_hours_clock', 'dependencies']
     LOOP
         EXECUTE pg_catalog.format('SELECT EXISTS (SELECT FROM pg_catalog.%I p WHERE p.logicalrelid = $1)', 'pg_dist_partition')
            INTO v_done USING pg_catalog.format('queue.%I', v_table)::regclass;
         CONTINUE WHEN v_done;
-        IF v_table IN ('live_tasks', 'history', 'stage_waiters', 'rate_windows', 'finished_dropped', 'finished_hours') THEN
+        IF v_table IN ('live_tasks', 'history', 'stage_waiters', 'rate_windows', 'finished_dropped', 'finished_counts',
+                       'finished_hours') THEN
             EXECUTE pg_catalog.format('SELECT pg_catalog.%I($1, %L, colocate_with => $2)', 'create_distributed_table', 'stage')
               USING pg_catalog.format('queue.%I', v_table)::regclass,
                     CASE WHEN v_table = 'live_tasks' THEN 'none' ELSE 'queue.live_tasks' END;

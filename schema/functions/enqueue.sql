@@ -39,6 +39,8 @@ DECLARE
     v_run_at timestamptz := coalesce(enqueue.run_at, v_now);
     -- A periodic task's first slot is its first run.
     v_slot   timestamptz := CASE WHEN enqueue.repeat IS NOT NULL THEN v_run_at END;
+    v_restricted boolean;
+    v_history    text;
 BEGIN
     -- One test of every argument (of key, repeat and group_key: that one is given), then, only when
     -- one fails, the tests that say which: each function in a PL/pgSQL expression is set up again in
@@ -101,8 +103,11 @@ BEGIN
                       HINT = 'A group_key is 1 to 200 characters, or NULL for none.';
         END IF;
     END IF;
-    -- <producer access> (one probe of the stage's own row: '*' is never restricted; the same text in enqueue and enqueue_batch)
-    IF (SELECT s.restricted FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) enqueue.stage) THEN
+    -- <producer access> (one probe of the stage's own row: '*' is never restricted and keeps all
+    -- history; the same text in enqueue and enqueue_batch). The task carries the stage's history mode.
+    SELECT s.restricted, s.history INTO v_restricted, v_history
+      FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) enqueue.stage;
+    IF v_restricted THEN
         PERFORM queue._check_access(enqueue.stage, 'enqueue');
     END IF;
     -- </producer access>
@@ -114,17 +119,17 @@ BEGIN
 
     IF enqueue.key IS NULL THEN
         INSERT INTO queue.live_tasks AS t (stage, priority, run_at, payload, created, updated,
-                                           repeat, drift, slot, group_key)
+                                           repeat, drift, slot, group_key, history)
         VALUES (enqueue.stage, enqueue.priority, v_run_at, enqueue.payload, v_now, v_now,
-                enqueue.repeat, enqueue.drift, v_slot, enqueue.group_key)
+                enqueue.repeat, enqueue.drift, v_slot, enqueue.group_key, v_history)
         RETURNING t.id INTO v_id;
     ELSIF enqueue.mode = 'ignore' THEN
         -- The existing task may finish between the insert and the select: then try again.
         LOOP
             INSERT INTO queue.live_tasks AS t (stage, priority, run_at, payload, key, created, updated,
-                                               repeat, drift, slot, group_key)
+                                               repeat, drift, slot, group_key, history)
             VALUES (enqueue.stage, enqueue.priority, v_run_at, enqueue.payload, enqueue.key, v_now, v_now,
-                    enqueue.repeat, enqueue.drift, v_slot, enqueue.group_key)
+                    enqueue.repeat, enqueue.drift, v_slot, enqueue.group_key, v_history)
             ON CONFLICT (stage, key) WHERE key IS NOT NULL DO NOTHING
             RETURNING t.id INTO v_id;
             EXIT WHEN v_id IS NOT NULL;
@@ -137,9 +142,9 @@ BEGIN
         END LOOP;
     ELSE
         INSERT INTO queue.live_tasks AS t (stage, priority, run_at, payload, key, created, updated,
-                                           repeat, drift, slot, group_key)
+                                           repeat, drift, slot, group_key, history)
         VALUES (enqueue.stage, enqueue.priority, v_run_at, enqueue.payload, enqueue.key, v_now, v_now,
-                enqueue.repeat, enqueue.drift, v_slot, enqueue.group_key)
+                enqueue.repeat, enqueue.drift, v_slot, enqueue.group_key, v_history)
         ON CONFLICT (stage, key) WHERE key IS NOT NULL DO UPDATE
            SET payload    = excluded.payload,
                priority   = excluded.priority,
@@ -148,6 +153,7 @@ BEGIN
                repeat     = excluded.repeat,
                drift      = excluded.drift,
                slot       = excluded.slot,
+               history    = excluded.history,  -- the stage's mode now
                -- a running task finishes its attempt first; a ready or failed one starts over now;
                -- one that waits for others (after) goes on waiting
                rerun      = (t.status = 'running'),

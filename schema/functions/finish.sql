@@ -9,7 +9,8 @@
 -- Raises 22004 for a NULL id or lease; 22023 for a bad next_stage, one for a periodic task, or a
 -- scalar result; 54000 for a result over 1 MiB; 42501 for a restricted next_stage without the
 -- enqueue right; SK002 when a live task of next_stage has the key. Locks the task's row; writes
--- queue.live_tasks and queue.history. stage, when given, is the task's stage (routes the call on
+-- queue.live_tasks and queue.history (queue.finished_counts for a stage that keeps no such
+-- history: configure_stage(history => …)). stage, when given, is the task's stage (routes the call on
 -- Citus); any other: false. The four-argument form is dropped first (calls without result).
 -- squawk-ignore ban-drop-function
 DROP FUNCTION IF EXISTS queue.finish(bigint, uuid, text, text);
@@ -30,6 +31,7 @@ DECLARE
     v_next  queue.stage_settings;
     v_stage text;
     v_due   boolean;
+    v_counted boolean;
     v_task  queue.live_tasks;
 BEGIN
     -- One test when no result is given; the tests that say what is wrong run only when it holds.
@@ -45,6 +47,7 @@ BEGIN
             DELETE FROM queue.live_tasks t
              WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NULL
                AND t.waits = 0  -- -1, something waits for it: ended below by _end_awaited
+               AND t.history IS NULL  -- a stage that keeps all history; the others: the next statement
                AND (finish.stage IS NULL OR t.stage = finish.stage)
             RETURNING t.*
         )
@@ -54,6 +57,30 @@ BEGIN
           FROM done d;
         GET DIAGNOSTICS v_count = ROW_COUNT;
         IF v_count = 1 THEN
+            RETURN true;
+        END IF;
+        -- A stage that keeps no history of done runs ('none', 'failures'): deleted and counted.
+        WITH gone AS (
+            DELETE FROM queue.live_tasks t
+             WHERE t.id = finish.id AND t.lease = finish.lease AND NOT t.rerun AND t.repeat IS NULL
+               AND t.waits = 0 AND t.history IS NOT NULL
+               AND (finish.stage IS NULL OR t.stage = finish.stage)
+            RETURNING t.stage
+        ), counted AS (
+            -- this backend's row of the minute, as _count_runs counts (one statement, no call: the row
+            -- exists but for the minute's first run, which _count_runs then inserts)
+            UPDATE queue.finished_counts c
+               SET runs = c.runs OPERATOR(pg_catalog.+) 1
+             WHERE c.stage = (SELECT g.stage FROM gone g) AND c.status = 'done' AND c.backend = pg_catalog.pg_backend_pid()
+               AND (finish.stage IS NULL OR c.stage = finish.stage)  -- Citus: the statement stays on the stage's shard
+               AND c.minute = pg_catalog.date_bin(interval '1 minute', pg_catalog.now(), timestamptz '2000-01-01 00:00+00')
+            RETURNING 1
+        )
+        SELECT g.stage, EXISTS (SELECT FROM counted) INTO v_stage, v_counted FROM gone g;
+        IF FOUND THEN
+            IF NOT v_counted THEN
+                PERFORM queue._count_runs(v_stage, 'done');
+            END IF;
             RETURN true;
         END IF;
 
@@ -91,16 +118,20 @@ BEGIN
                 RETURNING t.*
             ), moved AS (
                 INSERT INTO queue.live_tasks (id, stage, status, priority, run_at, payload, key, attempt,
-                                              created, updated, drift, group_key, run_as, waits)
+                                              created, updated, drift, group_key, run_as, waits, history)
                 OVERRIDING SYSTEM VALUE
                 SELECT c.id, finish.next_stage, 'ready', c.priority, v_now, coalesce(finish.result, c.payload), c.key, 0,
-                       c.created, v_now, c.drift, c.group_key, c.run_as, c.waits
+                       c.created, v_now, c.drift, c.group_key, c.run_as, c.waits,
+                       CASE WHEN c.run_as IS NULL THEN v_next.history END  -- the next stage's mode (SQL tasks keep all)
                   FROM cur c
+            ), kept AS (
+                INSERT INTO queue.history
+                SELECT (queue._history_row(c::queue.live_tasks, 'done', c.attempt, c.worker, c.error_text, c.started, v_now,
+                                           finish.result)).*
+                  FROM cur c
+                 WHERE c.history IS NULL
             )
-            INSERT INTO queue.history
-            SELECT (queue._history_row(c::queue.live_tasks, 'done', c.attempt, c.worker, c.error_text, c.started, v_now,
-                                       finish.result)).*
-              FROM cur c;
+            SELECT c.stage, c.history IS NOT NULL INTO v_stage, v_counted FROM cur c;
             GET DIAGNOSTICS v_count = ROW_COUNT;
         EXCEPTION WHEN unique_violation THEN
             RAISE EXCEPTION 'key already taken in the next stage'
@@ -109,6 +140,9 @@ BEGIN
                                                  finish.id, pg_catalog.quote_literal(finish.next_stage)),
                       HINT = 'Finish without next_stage, or cancel the other task first.';
         END;
+        IF v_count = 1 AND v_counted THEN  -- the run's stage keeps no history of done runs
+            PERFORM queue._count_runs(v_stage, 'done');
+        END IF;
         IF v_count = 1 THEN
             IF v_next.notify
                AND EXISTS (SELECT 1 FROM queue.stage_waiters w WHERE w.stage = finish.next_stage AND w.until > v_now) THEN

@@ -1,15 +1,14 @@
 -- maintain(now): the one entry point for housekeeping; call it every second or every minute, from
 -- one or many sessions, as skiplock_admin, in its own transaction. `now` is the time rotation works
 -- with (tests inject it); reaping uses the transaction's now(). Steps, each only when due:
---   reap_hung          tasks whose lease expired; fire_schedules: due cron ticks (queue.<step>()).
+--   reap_hung, fire_schedules: expired leases, due cron ticks (queue.<step>()).
 --   roll_up_hours      finished runs into queue.finished_hours a minute at a time (_roll_up_hours).
---   rotate_partitions  when history_policy.last_rotated is older than rotate_every (one session
---                      rotates; the others fail pg_try_advisory_xact_lock and go on at once).
+--   rotate_partitions  when history_policy.last_rotated is older than rotate_every (one session).
 --   stage_waiters      marks of stages no worker waits on any more (queue._forget_waiters()).
+--   finished_counts    runs counted, not kept: hours merged, after 7 days to finished_dropped.
 --   compact            when queue._compaction_due() says the hot table is mostly free space; last,
---                      as its ACCESS EXCLUSIVE lock lasts until the transaction ends; skipped after
---                      a rotation that changed partitions. It cancels an autovacuum in its way
---                      (waiting deadlock_timeout + 1 s) and steps around a manual VACUUM.
+--                      as its ACCESS EXCLUSIVE lock lasts until commit; skipped after a rotation that
+--                      changed partitions; cancels an autovacuum in its way, steps around a VACUUM.
 -- Returns a row per step (task, count, detail). Cheap when nothing is due: index probes, rows,
 -- statistics; written: reap_hung's clock (every 10 s), the rollup (a minute). 22004 for a NULL now.
 CREATE OR REPLACE FUNCTION queue.maintain(now timestamptz DEFAULT pg_catalog.now())
@@ -26,6 +25,7 @@ DECLARE
     v_reaped  integer;
     v_fired   integer;
     v_forgot  integer;
+    v_folded  integer;
     v_compact_key CONSTANT bigint := pg_catalog.hashtextextended('skiplock.compact', 0);
     v_done    text;
     v_due     boolean;
@@ -94,6 +94,13 @@ BEGIN
     count := v_forgot;
     detail := CASE WHEN v_forgot = 0 THEN 'no stale waiting mark'
                    ELSE pg_catalog.format('%s stale waiting marks deleted', v_forgot) END;
+    RETURN NEXT;
+    -- Runs counted without history rows: without this, a row per backend and minute would stay.
+    v_folded := queue._fold_counts();
+    task := 'finished_counts';
+    count := v_folded;
+    detail := CASE WHEN v_folded = 0 THEN 'nothing to fold'
+                   ELSE pg_catalog.format('%s rows of counted runs folded', v_folded) END;
     RETURN NEXT;
     -- Last, because its lock on the hot table lasts until this transaction ends.
     task := 'compact';

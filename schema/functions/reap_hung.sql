@@ -10,7 +10,8 @@
 -- it (each keeps the time it had left when the gap began), so a worker alive across it can
 -- heartbeat on the new clock; a move back only makes leases longer. While another session records
 -- such a gap this call reaps nothing. Locks and writes the rows it recovers (queue.live_tasks,
--- queue.history) and queue.reaper_clock (at most every 10 s).
+-- queue.history; queue.finished_counts for a stage that keeps none) and queue.reaper_clock (at
+-- most every 10 s).
 CREATE OR REPLACE FUNCTION queue.reap_hung()
     RETURNS integer
     LANGUAGE plpgsql
@@ -23,6 +24,8 @@ CREATE OR REPLACE FUNCTION queue.reap_hung()
 AS $$
 DECLARE
     v_now   timestamptz := pg_catalog.now();
+    v_minute  timestamptz := queue._count_minute();  -- the key of the runs counted (history 'none')
+    v_backend integer := pg_catalog.pg_backend_pid();
     v_count integer;
     v_due   text[];
     v_stage text;
@@ -129,10 +132,22 @@ BEGIN
         INSERT INTO queue.history
         SELECT (queue._history_row(f.task, 'fatal', (f.task).attempt, (f.task).worker, f.message, (f.task).started, v_now)).*
           FROM (SELECT g.task, g.message FROM gone g
-                 -- what waits for it (rare): resolved by _end_waits, one test of a column already returned
-                 WHERE CASE WHEN (g.task).waits < 0 THEN queue._end_waits((g.task).id, 'fatal') ELSE true END
-                UNION ALL SELECT p.task, p.message FROM periodic p) f
+                 -- what waits for it (rare): resolved by _end_waits, one test of a column already returned;
+                 -- then, in the same expression (so it is never skipped), the history mode
+                 WHERE CASE WHEN CASE WHEN (g.task).waits < 0 THEN queue._end_waits((g.task).id, 'fatal') ELSE true END
+                            THEN (g.task).history IS DISTINCT FROM 'none' END
+                UNION ALL SELECT p.task, p.message FROM periodic p WHERE (p.task).history IS DISTINCT FROM 'none') f
         RETURNING 1
+    ), counted AS (
+        -- A stage that keeps no history ('none'): the fatal runs counted, one row a stage (as
+        -- _count_runs counts; its key from variables: on Citus no function runs inside a shard's statement).
+        INSERT INTO queue.finished_counts AS c (stage, status, minute, backend, runs)
+        SELECT (f.task).stage, 'fatal', v_minute, v_backend, pg_catalog.count(*)
+          FROM (SELECT g.task FROM gone g UNION ALL SELECT p.task FROM periodic p) f
+         WHERE (f.task).history = 'none'
+         GROUP BY (f.task).stage
+        ON CONFLICT ON CONSTRAINT finished_counts_pkey DO UPDATE
+           SET runs = c.runs OPERATOR(pg_catalog.+) excluded.runs
     ), retried AS (
         -- A task enqueued again with mode 'rerun' while it ran starts over as fail() would
         -- queue it: ready at the run_at the re-run asked for, from attempt 0, no backoff.
@@ -148,7 +163,8 @@ BEGIN
          WHERE t.id = e.id AND e.retry AND (v_of IS NULL OR t.stage = v_of)
         RETURNING t.stage, t.run_at <= v_now AS due
     )
-    SELECT ((SELECT pg_catalog.count(*) FROM fatal) + (SELECT pg_catalog.count(*) FROM retried))::integer,
+    SELECT ((SELECT pg_catalog.count(*) FROM gone) + (SELECT pg_catalog.count(*) FROM periodic)
+            + (SELECT pg_catalog.count(*) FROM retried))::integer,
            ARRAY(SELECT DISTINCT r.stage FROM retried r WHERE r.due)
       INTO v_part, v_part_due;
     v_count := v_count + v_part;

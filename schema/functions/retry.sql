@@ -83,10 +83,12 @@ BEGIN
     END IF;
     BEGIN
         INSERT INTO queue.live_tasks (id, stage, status, priority, run_at, payload, key, attempt,
-                                      worker, error_text, created, updated, group_key, run_as)
+                                      worker, error_text, created, updated, group_key, run_as, history)
         OVERRIDING SYSTEM VALUE
         VALUES (v_last.id, v_last.stage, 'ready', v_last.priority, v_now, v_last.payload, v_last.key, 0,
-                v_last.worker, v_last.error_text, v_last.created, v_now, v_last.group_key, v_last.run_as);
+                v_last.worker, v_last.error_text, v_last.created, v_now, v_last.group_key, v_last.run_as,
+                -- the stage's history mode now, as enqueue stamps it (an SQL task keeps all)
+                CASE WHEN v_last.run_as IS NULL THEN (queue._settings(v_last.stage)).history END);
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'cannot retry task %: its key is taken', retry.id
             USING ERRCODE = 'SK002',

@@ -57,6 +57,9 @@ CREATE TABLE queue.live_tasks (
     -- Dependencies in one column (each column costs every statement that reads the whole row):
     -- above 0, waiting for that many tasks; -1, some task waits for this one; 0, neither.
     waits          integer           NOT NULL DEFAULT 0,  -- -1 or more, waiting exactly above 0: queue._live_row_ok
+    -- The stage's history mode when the task was enqueued (stage_settings.history): NULL keeps all,
+    -- so that finish's one-statement move tests one column and other modes end by its slow path.
+    history        text,
     -- The stage is in the key so that the table can be distributed by stage (Citus); the identity
     -- alone keeps ids unique, and id leads, so a lookup by id alone still probes this index.
     CONSTRAINT live_tasks_pkey PRIMARY KEY (id, stage)
@@ -99,4 +102,5 @@ COMMENT ON COLUMN queue.live_tasks.slot IS 'Periodic tasks: the planned time of 
 COMMENT ON COLUMN queue.live_tasks.group_key IS 'Optional group (tenant, user, document) for the stage''s group_limit: at most that many tasks of one group run at once. 1 to 200 characters, or NULL for none.';
 COMMENT ON COLUMN queue.live_tasks.run_as IS 'SQL tasks (enqueue_sql): the role that enqueued it; run_sql_tasks runs the request as this role. NULL for ordinary tasks. Set only by enqueue_sql, so no producer can make a task run as another role.';
 COMMENT ON COLUMN queue.live_tasks.progress IS 'The latest progress a worker reported, heartbeat(…, progress => …): a JSON object or array of at most 1 MiB. Kept when an attempt fails or is released, cleared when the task moves to another stage or re-arms.';
+COMMENT ON COLUMN queue.live_tasks.history IS 'The history its stage kept when it was enqueued (configure_stage(history => …)): NULL, all; ''failures'', only a fatal end; ''none'', no row (its end is counted in queue.finished_counts).';
 COMMENT ON COLUMN queue.live_tasks.waits IS 'Above 0: waiting for that many live tasks (enqueue(after => …)), ready when the last ends. -1: a task waits for this one, whose end resolves queue.dependencies (_end_waits). 0: neither.';

@@ -32,7 +32,10 @@ CREATE TABLE queue.stage_settings (
     weight          integer     NOT NULL DEFAULT 1
                                 CONSTRAINT stage_settings_weight_range CHECK (weight BETWEEN 1 AND 1000),
     task_timeout    interval
-                                CONSTRAINT stage_settings_task_timeout_positive CHECK (task_timeout > interval '0')
+                                CONSTRAINT stage_settings_task_timeout_positive CHECK (task_timeout > interval '0'),
+    -- NULL keeps all history. A stage's own: enqueue reads only the stage's row, never '*'.
+    history         text
+                                CONSTRAINT stage_settings_history_known CHECK (history IS NULL OR (history IN ('failures', 'none') AND stage <> '*'))
 );
 
 -- The row for stage '*' holds the defaults of every stage that has no row of its own.
@@ -57,4 +60,5 @@ COMMENT ON COLUMN queue.stage_settings.rate_burst IS 'At most this many of a win
 COMMENT ON COLUMN queue.stage_settings.rate_per_group IS 'Whether rate_limit applies to each group_key on its own (tasks without a group_key are not limited) rather than to the whole stage.';
 COMMENT ON COLUMN queue.stage_settings.weight IS 'A multi-stage take (take_next(stages[]), take_locked, consume) serves this many tasks of the stage in its turn of the round robin (1 to 1000).';
 COMMENT ON COLUMN queue.stage_settings.task_timeout IS 'How long a worker lets one attempt run before it kills it and fails the attempt (skiplock worker, the reference clients; read with queue.task_timeout). NULL: no limit.';
+COMMENT ON COLUMN queue.stage_settings.history IS 'What queue.history keeps of the stage''s ended tasks: NULL, all; ''failures'', only fatal ends; ''none'', nothing. Runs not kept are counted in queue.finished_counts. Stamped on each task at enqueue.';
 COMMENT ON COLUMN queue.stage_settings.restricted IS 'Whether queue.stage_access has rows for the stage (kept by grant_stage and revoke_stage): only then do enqueue and take_next look up the caller''s rights, so open stages pay nothing. grant_stage never sets it on ''*''.';

@@ -2,7 +2,8 @@
 -- one row for every stage and every status, so that each series exists even when it is 0.
 -- Reads live_tasks once; finds history's stages by a loose index scan (_history_stages) and
 -- counts its last minute in one range scan for all stages (not a LATERAL per stage: see
--- docs/decisions.md), in the partitions pruned to that minute at run time.
+-- docs/decisions.md), in the partitions pruned to that minute at run time; adds the runs counted
+-- without a history row in the last whole minute (queue.finished_counts).
 CREATE OR REPLACE VIEW queue.metrics AS
 WITH live AS (
     SELECT t.stage, t.status::text::queue.task_status AS status, pg_catalog.count(*) AS tasks,
@@ -17,13 +18,24 @@ WITH live AS (
     SELECT l.stage FROM live l
     UNION
     SELECT s.stage FROM queue._history_stages() AS s(stage) WHERE s.stage <> ALL ((SELECT queue._hidden_stages())::text[])
+    UNION
+    SELECT c.stage FROM queue.finished_counts c WHERE c.stage <> ALL ((SELECT queue._hidden_stages())::text[])
 ), recent AS (
-    SELECT h.stage, h.status, pg_catalog.count(*) AS finished
-      FROM queue.history h
-     WHERE h.stage = ANY (ARRAY(SELECT st.stage FROM stages st))  -- the index's leading column
-       AND h.finished > pg_catalog.now() - interval '1 minute'
-       AND h.finished <= pg_catalog.now()  -- prunes the partitions made ahead of time
-     GROUP BY h.stage, h.status
+    SELECT r.stage, r.status, pg_catalog.sum(r.finished)::bigint AS finished
+      FROM (SELECT h.stage, h.status, pg_catalog.count(*) AS finished
+              FROM queue.history h
+             WHERE h.stage = ANY (ARRAY(SELECT st.stage FROM stages st))  -- the index's leading column
+               AND h.finished > pg_catalog.now() - interval '1 minute'
+               AND h.finished <= pg_catalog.now()  -- prunes the partitions made ahead of time
+             GROUP BY h.stage, h.status
+            UNION ALL
+            -- Runs counted without a history row (queue.finished_counts): the last whole minute.
+            SELECT c.stage, c.status, c.runs
+              FROM queue.finished_counts c
+             -- (queue._count_minute's minute, written out: the view's readers may not call helpers)
+             WHERE c.minute = pg_catalog.date_bin(interval '1 minute', pg_catalog.now(), timestamptz '2000-01-01 00:00+00')
+                              - interval '1 minute') r
+     GROUP BY r.stage, r.status
 )
 SELECT st.stage,
        ss.status::text AS status,

@@ -36,7 +36,8 @@ SELECT st.stage,
        coalesce(own.rate_burst, CASE WHEN own.stage IS NULL THEN d.rate_burst END) AS rate_burst,
        coalesce(own.rate_per_group, d.rate_per_group) AS rate_per_group,
        coalesce(own.weight, d.weight) AS weight,
-       CASE WHEN own.stage IS NULL THEN d.task_timeout ELSE own.task_timeout END AS task_timeout
+       CASE WHEN own.stage IS NULL THEN d.task_timeout ELSE own.task_timeout END AS task_timeout,
+       coalesce(own.history, 'all') AS history  -- a stage's own ('*' keeps all)
   FROM stages st
   LEFT JOIN queue.stage_settings own ON own.stage = st.stage
   LEFT JOIN queue.stage_settings d ON d.stage = '*'
@@ -64,5 +65,6 @@ COMMENT ON COLUMN queue.stage_config.rate_burst IS 'At most this many per rate_w
 COMMENT ON COLUMN queue.stage_config.rate_per_group IS 'Whether rate_limit applies to each group_key rather than to the stage.';
 COMMENT ON COLUMN queue.stage_config.weight IS 'Tasks a multi-stage take serves from the stage in its turn.';
 COMMENT ON COLUMN queue.stage_config.task_timeout IS 'How long a worker lets one attempt run before it kills it and fails the attempt; NULL: no limit.';
+COMMENT ON COLUMN queue.stage_config.history IS 'What queue.history keeps of the stage''s ended tasks: all, failures (fatal ends) or none; the runs not kept are counted (queue.finished_counts).';
 REVOKE ALL ON queue.stage_config FROM PUBLIC;
 GRANT SELECT ON queue.stage_config TO skiplock_monitor, skiplock_admin;

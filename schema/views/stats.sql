@@ -8,16 +8,25 @@ SELECT t.stage, t.status::text::queue.task_status AS status, pg_catalog.count(*)
  WHERE t.stage <> ALL ((SELECT queue._hidden_stages())::text[])  -- restricted stages the caller was not granted
  GROUP BY t.stage, t.status
 UNION ALL
-SELECT h.stage, h.status, pg_catalog.count(*), 0, pg_catalog.now() - pg_catalog.min(h.created), NULL, 0
-  FROM queue.history h
- WHERE h.stage <> ALL ((SELECT queue._hidden_stages())::text[])
- GROUP BY h.stage, h.status;
-COMMENT ON VIEW queue.stats IS 'Tasks per stage and status: count, how many are due, age of the oldest, next planned run, running tasks whose lease expired. Final statuses count the retained history.';
+-- Ended runs: history rows, plus the runs counted for stages that keep no history of them
+-- (queue.finished_counts, the last 7 days).
+SELECT f.stage, f.status, pg_catalog.sum(f.tasks)::bigint, 0, pg_catalog.now() - pg_catalog.min(f.created), NULL, 0
+  FROM (SELECT h.stage, h.status, pg_catalog.count(*) AS tasks, pg_catalog.min(h.created) AS created
+          FROM queue.history h
+         WHERE h.stage <> ALL ((SELECT queue._hidden_stages())::text[])
+         GROUP BY h.stage, h.status
+        UNION ALL
+        SELECT c.stage, c.status, pg_catalog.sum(c.runs), NULL
+          FROM queue.finished_counts c
+         WHERE c.stage <> ALL ((SELECT queue._hidden_stages())::text[])
+         GROUP BY c.stage, c.status) f
+ GROUP BY f.stage, f.status;
+COMMENT ON VIEW queue.stats IS 'Tasks per stage and status: count, how many are due, age of the oldest, next planned run, running tasks whose lease expired. Final statuses count the retained history and the runs counted for stages that keep none (last 7 days).';
 COMMENT ON COLUMN queue.stats.stage IS 'Stage.';
 COMMENT ON COLUMN queue.stats.status IS 'Status.';
-COMMENT ON COLUMN queue.stats.tasks IS 'Number of tasks (finished statuses: rows in retained history).';
+COMMENT ON COLUMN queue.stats.tasks IS 'Number of tasks (finished statuses: rows in retained history, plus runs counted without a row: configure_stage(history => …)).';
 COMMENT ON COLUMN queue.stats.due IS 'Ready or failed tasks whose run_at has come: the backlog workers could take now.';
-COMMENT ON COLUMN queue.stats.oldest_age IS 'now() minus the creation time of the oldest task in the group.';
+COMMENT ON COLUMN queue.stats.oldest_age IS 'now() minus the creation time of the oldest task in the group (of history rows only, for finished statuses).';
 COMMENT ON COLUMN queue.stats.next_run_at IS 'Earliest run_at in the group (live statuses only).';
 COMMENT ON COLUMN queue.stats.lease_expired IS 'Running tasks whose lease ran out: reap_hung() will recover them.';
 REVOKE ALL ON queue.stats FROM PUBLIC;

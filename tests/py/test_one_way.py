@@ -70,3 +70,19 @@ def test_stage_settings_are_read_only_by_settings() -> None:
                      for statement in re.findall(r"FROM queue\.stage_settings\b[^;]*;", outside_the_block(p))
                      if "FOR UPDATE" not in statement)
     assert readers == [], f"functions that read queue.stage_settings themselves (use queue._settings): {readers}"
+
+
+def test_the_runs_counted_without_history_have_one_key() -> None:
+    # queue.finished_counts is keyed by the minute of _count_minute and the backend's pid: a writer
+    # either calls it or (inside a statement, where Citus runs no function that queries, or on the
+    # finish path, where a call costs) writes its expression out.
+    minute = re.search(r"SELECT (pg_catalog\.date_bin\([^\n]*\))\n", (FUNCTIONS / "_count_minute.sql").read_text())
+    assert minute
+    writers = [p for p in FUNCTIONS.glob("*.sql")
+               if re.search(r"(INSERT INTO|UPDATE) queue\.finished_counts\b", p.read_text()) and p.name != "_fold_counts.sql"]
+    assert sorted(p.name for p in writers) == ["_count_runs.sql", "consume.sql", "drain.sql", "finish.sql",
+                                               "finish_batch.sql", "finish_locked.sql", "reap_hung.sql"]
+    for p in writers:
+        text = p.read_text()
+        assert "queue._count_minute()" in text or minute.group(1) in text, p.name
+        assert "pg_catalog.pg_backend_pid()" in text, p.name

@@ -16,7 +16,7 @@ SELECT set_eq(
         'queue.cancel_overdue_sql_tasks()',
         'queue.compact()',
         'queue.configure_history(interval,integer,interval,text,interval)',
-        'queue.configure_stage(text,interval,integer,text,interval,interval,real,boolean,integer,integer,boolean,integer,interval,integer,boolean,integer,interval)',
+        'queue.configure_stage(text,interval,integer,text,interval,interval,real,boolean,integer,integer,boolean,integer,interval,integer,boolean,integer,interval,text)',
         'queue.consume(text,integer)',
         'queue.drain(text,integer)',
         'queue.consume(text[],integer)',

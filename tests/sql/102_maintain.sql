@@ -20,8 +20,8 @@ $$;
 
 -- Due (never rotated): reaps and rotates ------------------------------------------------------------------------
 CREATE TEMP TABLE m1 AS SELECT * FROM queue.maintain('2030-06-15 12:00+00');
-SELECT results_eq($$SELECT task FROM m1$$, $$VALUES ('reap_hung'), ('fire_schedules'), ('roll_up_hours'), ('rotate_partitions'), ('stage_waiters'), ('compact')$$,
-                  'maintain returns a row per task: reap_hung, fire_schedules, roll_up_hours, rotate_partitions, stage_waiters, then compact');
+SELECT results_eq($$SELECT task FROM m1$$, $$VALUES ('reap_hung'), ('fire_schedules'), ('roll_up_hours'), ('rotate_partitions'), ('stage_waiters'), ('finished_counts'), ('compact')$$,
+                  'maintain returns a row per task: reap_hung, fire_schedules, roll_up_hours, rotate_partitions, stage_waiters, finished_counts, then compact');
 SELECT results_eq($$SELECT count, detail FROM m1 WHERE task = 'reap_hung'$$, $$VALUES (0, 'no expired lease')$$,
                   'with no expired lease, reap_hung reports 0');
 SELECT is((SELECT count FROM m1 WHERE task = 'rotate_partitions'), 8,
@@ -35,7 +35,7 @@ SELECT is((SELECT last_rotated FROM queue.history_policy), '2030-06-15 12:00+00'
 -- Not due: no rotation, no write at all ---------------------------------------------------------------------------
 CREATE TEMP TABLE policy_row AS SELECT ctid AS row_at FROM queue.history_policy;
 CREATE TEMP TABLE m2 AS SELECT * FROM queue.maintain('2030-06-15 12:09:59+00');
-SELECT results_eq($$SELECT task, count FROM m2$$, $$VALUES ('reap_hung', 0), ('fire_schedules', 0), ('roll_up_hours', 0), ('rotate_partitions', 0), ('stage_waiters', 0), ('compact', 0)$$,
+SELECT results_eq($$SELECT task, count FROM m2$$, $$VALUES ('reap_hung', 0), ('fire_schedules', 0), ('roll_up_hours', 0), ('rotate_partitions', 0), ('stage_waiters', 0), ('finished_counts', 0), ('compact', 0)$$,
                   'within rotate_every of the last rotation, nothing is done');
 SELECT ok((SELECT detail LIKE 'not due: last rotated at %, next after %' FROM m2 WHERE task = 'rotate_partitions'),
           'and the row says when the next rotation is due');

@@ -1,9 +1,9 @@
 -- _rearm(task, status, attempt, worker, error_text, started, finished, result): record a periodic
--- task's run in queue.history (status done or fatal, with the values given, result that of a done
+-- task's run (_end_run: in queue.history, or counted; status done or fatal, with the values given, result that of a done
 -- run) and re-arm the same row, ready from attempt 0 and without progress, for its next slot after
 -- `finished` (_next_slot). The caller has locked the row; history is written only when the row
 -- was there to re-arm.
--- Writes queue.live_tasks and queue.history; raises nothing of its own.
+-- Writes queue.live_tasks and queue.history or queue.finished_counts; raises nothing of its own.
 -- The seven-argument form is dropped first, so that a seven-argument call resolves to this one.
 -- squawk-ignore ban-drop-function
 DROP FUNCTION IF EXISTS queue._rearm(queue.live_tasks, queue.task_status, integer, text, text, timestamptz, timestamptz);
@@ -25,9 +25,8 @@ BEGIN
            error_text = NULL, progress = NULL, updated = _rearm.finished
      WHERE t.id = task.id AND t.stage = task.stage;
     IF FOUND THEN  -- history only for a row this re-armed
-        INSERT INTO queue.history
-        SELECT (queue._history_row(task, _rearm.status, _rearm.attempt, _rearm.worker, _rearm.error_text,
-                                   _rearm.started, _rearm.finished, _rearm.result)).*;
+        PERFORM queue._end_run(task, _rearm.status, _rearm.attempt, _rearm.worker, _rearm.error_text,
+                               _rearm.started, _rearm.finished, _rearm.result);
     END IF;
 END
 $$;

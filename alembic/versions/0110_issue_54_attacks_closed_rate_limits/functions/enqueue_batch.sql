@@ -22,6 +22,8 @@ DECLARE
     v_bad      record;
     v_detail   text;
     v_hint     text;
+    v_restricted boolean;
+    v_history  text;
 BEGIN
     PERFORM queue._check_stage(enqueue_batch.stage);
     IF enqueue_batch.priority IS NULL THEN
@@ -61,16 +63,19 @@ BEGIN
                       HINT = coalesce(NULLIF(v_hint, ''), 'Every payload must be a JSON object or array of at most 1 MiB.');
         END;
     END IF;
-    -- <producer access> (one probe of the stage's own row: '*' is never restricted; the same text in enqueue and enqueue_batch)
-    IF (SELECT s.restricted FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) enqueue_batch.stage) THEN
+    -- <producer access> (one probe of the stage's own row: '*' is never restricted and keeps all
+    -- history; the same text in enqueue and enqueue_batch). The task carries the stage's history mode.
+    SELECT s.restricted, s.history INTO v_restricted, v_history
+      FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) enqueue_batch.stage;
+    IF v_restricted THEN
         PERFORM queue._check_access(enqueue_batch.stage, 'enqueue');
     END IF;
     -- </producer access>
 
     RETURN QUERY
-    INSERT INTO queue.live_tasks AS t (stage, priority, run_at, payload, created, updated, group_key)
+    INSERT INTO queue.live_tasks AS t (stage, priority, run_at, payload, created, updated, group_key, history)
     SELECT enqueue_batch.stage, enqueue_batch.priority, coalesce(enqueue_batch.run_at, v_now),
-           p.payload, v_now, v_now, enqueue_batch.group_key
+           p.payload, v_now, v_now, enqueue_batch.group_key, v_history
       FROM pg_catalog.unnest(enqueue_batch.payloads) WITH ORDINALITY AS p(payload, ord)
      ORDER BY p.ord
     RETURNING t.id;

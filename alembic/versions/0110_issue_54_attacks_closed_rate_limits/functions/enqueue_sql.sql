@@ -129,8 +129,9 @@ BEGIN
     -- nonce), or (mode 'ignore') already an SQL task of this role. A task a concurrent enqueue()
     -- inserted under the key between the check and here cannot have that payload, whatever it
     -- holds: it stays an ordinary task and the caller is told.
+    -- An SQL task keeps its history whatever the stage's mode: the record of what ran as whom.
     UPDATE queue.live_tasks t
-       SET run_as = v_caller
+       SET run_as = v_caller, history = NULL
      WHERE t.id = v_id AND (t.run_as = v_caller OR (t.run_as IS NULL AND t.payload = v_payload));
     IF NOT FOUND THEN
         RAISE EXCEPTION 'key % of stage % belongs to another task', enqueue_sql.key, enqueue_sql.stage

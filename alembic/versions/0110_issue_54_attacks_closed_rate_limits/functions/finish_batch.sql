@@ -6,7 +6,7 @@
 -- attempts it ended.
 -- Raises 22004 for a NULL id or lease, 22023 for NULL or unequal arrays, too many pairs or a JSON
 -- scalar result, 54000 for a result over 1 MiB. Locks the rows it finishes; writes
--- queue.live_tasks and queue.history.
+-- queue.live_tasks and queue.history (queue.finished_counts for a stage that keeps no such history).
 -- stage, when given, is the tasks' stage (routes the call on Citus); tasks of others are skipped.
 -- Finds each pair's task through the primary key, whatever the statistics say (see the SET clauses).
 -- The three-argument form is dropped first, so that calls without result resolve to this one.
@@ -33,6 +33,8 @@ DECLARE
     v_due   text[];
     v_stage text;
     v_results jsonb;  -- the results given, by task id
+    v_minute  timestamptz := queue._count_minute();  -- the key of the runs counted (history 'none', 'failures')
+    v_backend integer := pg_catalog.pg_backend_pid();
 BEGIN
     IF finish_batch.id IS NULL OR finish_batch.lease IS NULL
        OR pg_catalog.cardinality(finish_batch.id) <> pg_catalog.cardinality(finish_batch.lease) THEN
@@ -86,14 +88,28 @@ BEGIN
          WHERE t.id = p.id AND t.lease = p.lease AND NOT t.rerun AND t.repeat IS NULL
            AND (finish_batch.stage IS NULL OR t.stage = finish_batch.stage)
         RETURNING t.*
+    ), recorded AS (
+        INSERT INTO queue.history
+        SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt, d.worker, d.error_text, d.started, v_now,
+                                   v_results -> d.id::text)).*
+          FROM done d
+         WHERE d.history IS NULL  -- the stages that keep history of done runs; the others are counted
+        RETURNING 1
+    ), counted AS (
+        -- The runs not kept, one count a stage (as _count_runs counts; its key from variables:
+        -- on Citus no function runs inside a shard's statement).
+        INSERT INTO queue.finished_counts AS c (stage, status, minute, backend, runs)
+        SELECT d.stage, 'done', v_minute, v_backend, pg_catalog.count(*)
+          FROM done d
+         WHERE d.history IS NOT NULL
+         GROUP BY d.stage
+        ON CONFLICT ON CONSTRAINT finished_counts_pkey DO UPDATE
+           SET runs = c.runs OPERATOR(pg_catalog.+) excluded.runs
     )
-    INSERT INTO queue.history
-    SELECT (queue._history_row(d::queue.live_tasks, 'done', d.attempt, d.worker, d.error_text, d.started, v_now,
-                               v_results -> d.id::text)).*
+    SELECT pg_catalog.count(*)::integer INTO v_done
       FROM done d
      -- what waits for it (rare): resolved by _end_waits, one test of a column already returned
      WHERE CASE WHEN d.waits < 0 THEN queue._end_waits(d.id, 'done') ELSE true END;
-    GET DIAGNOSTICS v_done = ROW_COUNT;
 
     IF v_done = pg_catalog.cardinality(finish_batch.id) THEN
         RETURN v_done;

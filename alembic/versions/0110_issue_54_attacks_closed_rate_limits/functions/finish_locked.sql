@@ -9,8 +9,8 @@
 -- Commit the worker's own writes in the same transaction: they and the finish are one.
 -- Raises 22004 for a NULL id, 22023 for a long worker name or a scalar result, 54000 for a result
 -- over 1 MiB. Locks the task's row (already locked by take_locked); writes queue.live_tasks and
--- queue.history. stage, when given, is the task's stage (routes the call on Citus); any other:
--- false. The three-argument form is dropped first, so that calls without result resolve to this one.
+-- queue.history (queue.finished_counts for a stage that keeps no such history). stage, when
+-- given, is the task's stage (routes the call on Citus); any other: false. The three-argument form is dropped first, so that calls without result resolve to this one.
 -- squawk-ignore ban-drop-function
 DROP FUNCTION IF EXISTS queue.finish_locked(bigint, text, text);
 CREATE OR REPLACE FUNCTION queue.finish_locked(id bigint, worker text DEFAULT NULL, stage text DEFAULT NULL,
@@ -27,6 +27,8 @@ DECLARE
     v_entry text;
     v_key   text;
     v_task  queue.live_tasks;
+    v_stage text;
+    v_counted boolean;
 BEGIN
     -- One test when the arguments are good and no result is given; the rest only when it holds.
     IF finish_locked.id IS NULL OR pg_catalog.length(finish_locked.worker) > 200 OR finish_locked.result IS NOT NULL THEN
@@ -51,6 +53,7 @@ BEGIN
                            FROM queue.live_tasks l
                           WHERE l.id = finish_locked.id AND l.status IN ('ready', 'error') AND l.repeat IS NULL
                             AND l.waits = 0  -- -1, something waits for it: ended below by _end_awaited
+                            AND l.history IS NULL  -- a stage that keeps all history; the others: the next statement
                             AND (finish_locked.stage IS NULL OR l.stage = finish_locked.stage)
                             AND pg_catalog.strpos(v_held, queue._held_entry(
                                     pg_catalog.concat(v_key, '/', l.attempt + 1, '/', EXTRACT(epoch FROM l.run_at)),
@@ -64,6 +67,37 @@ BEGIN
       FROM done d;
     IF FOUND THEN
         RETURN true;  -- deleted, it needs no strike-out: a later end finds no row
+    END IF;
+    -- A stage that keeps no history of done runs ('none', 'failures'): deleted and counted.
+    WITH gone AS (
+        DELETE FROM queue.live_tasks t
+         WHERE (finish_locked.stage IS NULL OR t.stage = finish_locked.stage)
+           AND t.ctid = (SELECT l.ctid
+                           FROM queue.live_tasks l
+                          WHERE l.id = finish_locked.id AND l.status IN ('ready', 'error') AND l.repeat IS NULL
+                            AND l.waits = 0 AND l.history IS NOT NULL
+                            AND (finish_locked.stage IS NULL OR l.stage = finish_locked.stage)
+                            AND pg_catalog.strpos(v_held, queue._held_entry(
+                                    pg_catalog.concat(v_key, '/', l.attempt + 1, '/', EXTRACT(epoch FROM l.run_at)),
+                                    pg_catalog.pg_current_xact_id(), l.id)) > 0
+                            FOR UPDATE SKIP LOCKED)
+        RETURNING t.stage
+    ), counted AS (
+        -- this backend's row of the minute, as _count_runs counts (one statement, no call: the row
+        -- exists but for the minute's first run, which _count_runs then inserts)
+        UPDATE queue.finished_counts c
+           SET runs = c.runs OPERATOR(pg_catalog.+) 1
+         WHERE c.stage = (SELECT g.stage FROM gone g) AND c.status = 'done' AND c.backend = pg_catalog.pg_backend_pid()
+           AND (finish_locked.stage IS NULL OR c.stage = finish_locked.stage)  -- Citus: the statement stays on the stage's shard
+           AND c.minute = pg_catalog.date_bin(interval '1 minute', pg_catalog.now(), timestamptz '2000-01-01 00:00+00')
+        RETURNING 1
+    )
+    SELECT g.stage, EXISTS (SELECT FROM counted) INTO v_stage, v_counted FROM gone g;
+    IF FOUND THEN
+        IF NOT v_counted THEN
+            PERFORM queue._count_runs(v_stage, 'done');
+        END IF;
+        RETURN true;
     END IF;
 
     SELECT t.* INTO v_task

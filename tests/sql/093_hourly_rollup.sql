@@ -88,7 +88,7 @@ SELECT results_eq($$SELECT m.count, m.detail FROM t0, queue.maintain(t0.t + inte
                      WHERE m.task = 'roll_up_hours'$$,
                   $$VALUES (60, '60 min of finished runs rolled up into finished_hours')$$, 'maintain() rolls up hour 2 once it is due');
 SELECT is((SELECT string_agg(task, ',' ORDER BY n) FROM t0, queue.maintain(t0.t + interval '2 hours' + interval '11 minutes') WITH ORDINALITY AS m(task, count, detail, n)),
-          'reap_hung,fire_schedules,roll_up_hours,rotate_partitions,stage_waiters,compact', 'the step comes before rotation');
+          'reap_hung,fire_schedules,roll_up_hours,rotate_partitions,stage_waiters,finished_counts,compact', 'the step comes before rotation');
 SELECT set_eq('SELECT * FROM pg_temp.from_view()', 'SELECT * FROM pg_temp.from_history()',
               'both hours from the rollup: still the same counts as history');
 SELECT is((SELECT count(*)::integer FROM queue.finished_hours f, t0 WHERE f.hour = t0.t + interval '1 hour'), 2,

@@ -36,13 +36,15 @@ DECLARE
     v_held          text := NULLIF(pg_catalog.current_setting('skiplock.held', true), '');
     v_held_ids      bigint[];
     v_key           text;           -- queue.fence_key's, which signs the entries
+    v_bad           text;  -- the first bad argument's name
 BEGIN
     -- <take checks> (take_locked and consume: the same text, tests/py/test_one_way.py)
-    IF take_locked.stage IS NULL OR take_locked.stage IN ('', '*') OR pg_catalog.octet_length(take_locked.stage) > 54 THEN
-        PERFORM queue._check_stage(take_locked.stage);
-    END IF;
-    IF take_locked.batch IS NULL OR take_locked.batch < 1 OR take_locked.batch > 10000 THEN
-        PERFORM queue._raise_bad_argument('take_locked', 'batch', take_locked.batch::text);
+    v_bad := CASE WHEN take_locked.stage IS NULL OR take_locked.stage IN ('', '*') OR pg_catalog.octet_length(take_locked.stage) > 54
+                  THEN 'stage'
+                  WHEN take_locked.batch IS NULL OR take_locked.batch < 1 OR take_locked.batch > 10000 THEN 'batch' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('take_locked', v_bad, pg_catalog.jsonb_build_object(
+            'stage', take_locked.stage, 'batch', take_locked.batch::text));
     END IF;
     -- <settings> (the stage's row, else the defaults '*': the same text in _settings and its inline copies)
     v_settings := coalesce((SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) take_locked.stage),
@@ -52,7 +54,7 @@ BEGIN
         PERFORM queue._check_access(take_locked.stage, 'take');
     END IF;
     IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL OR v_settings.rate_limit IS NOT NULL THEN
-        PERFORM queue._raise_bad_argument('take_locked', 'limits', take_locked.stage);
+        PERFORM queue._raise_bad_argument('take_locked', 'limits', pg_catalog.jsonb_build_object('stage', take_locked.stage));
     END IF;
     IF v_settings.paused THEN
         RETURN;

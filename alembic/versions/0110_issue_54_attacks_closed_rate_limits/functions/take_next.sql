@@ -41,23 +41,20 @@ DECLARE
     v_full          boolean := false;
     -- One random value per call, a distinct lease per task from it: Citus refuses VOLATILE calls in an UPDATE.
     v_lease_seed    text := pg_catalog.gen_random_uuid()::text;
+    v_bad           text;  -- the first bad argument's name
 BEGIN
-    -- The checker runs only to raise: calling a function that pins search_path costs more than the test.
-    IF take_next.stage IS NULL OR take_next.stage IN ('', '*') OR pg_catalog.octet_length(take_next.stage) > 54 THEN
-        PERFORM queue._check_stage(take_next.stage);
+    -- <arguments> (one test naming the first bad argument; _raise_bad_argument says what is wrong)
+    v_bad := CASE WHEN take_next.stage IS NULL OR take_next.stage IN ('', '*') OR pg_catalog.octet_length(take_next.stage) > 54
+                  THEN 'stage'
+                  WHEN take_next.batch IS NULL OR take_next.batch < 1 OR take_next.batch > 10000 THEN 'batch'
+                  WHEN v_lease <= interval '0' THEN 'lease_for'
+                  WHEN pg_catalog.length(take_next.worker) > 200 THEN 'worker' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('take_next', v_bad, pg_catalog.jsonb_build_object(
+            'stage', take_next.stage, 'batch', take_next.batch::text, 'lease_for', v_lease::text,
+            'worker', take_next.worker));
     END IF;
-    IF take_next.batch IS NULL OR take_next.batch < 1 OR take_next.batch > 10000 THEN
-        PERFORM queue._raise_bad_argument('take_next', 'batch', take_next.batch::text);
-    END IF;
-    IF v_lease <= interval '0' THEN
-        RAISE EXCEPTION 'lease_for must be positive'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('lease_for is %s.', v_lease),
-                  HINT = 'Give the time a worker needs for one task, e.g. interval ''5 minutes''.';
-    END IF;
-    IF pg_catalog.length(take_next.worker) > 200 THEN
-        PERFORM queue._raise_bad_argument('take_next', 'worker', take_next.worker);
-    END IF;
+    -- </arguments>
     -- <settings> (the stage's row, else the defaults '*': the same text in _settings and its inline copies)
     v_settings := coalesce((SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) take_next.stage),
                            (SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) '*'));

@@ -113,9 +113,7 @@ BEGIN
     -- there, unless a task of a lower priority number is due, nothing is due past that point,
     -- or the last scan from the beginning is 5 s old (for tasks that land behind it: a release,
     -- a long producer transaction's commit).
-    -- Split, not regexp_match, whose capture groups are costly on the hot path. The pattern and
-    -- left() only guard the casts: a value set by hand is ignored, not an error.
-    -- <claim position> (take_next and take_locked: the same text, tests/py/test_one_way.py)
+    -- <claim position> (queue._claim_position's, the definition, inline: tests/py/test_one_way.py)
     v_setting := pg_catalog.current_setting('skiplock.claim_hint', true);
     IF v_setting ~ '^-?[0-9]+/-?[0-9]+/[0-9]+/-?[0-9]+/' THEN
         v_hint          := pg_catalog.string_to_array(v_setting, '/');
@@ -185,7 +183,7 @@ BEGIN
         ), hint AS (
             -- The next claim of this session starts at the last task of this one.
             SELECT
-              -- <claim hint> (the same text in take_next and take_locked)
+              -- <claim hint> (queue._claim_hint's, the definition, inline: tests/py/test_one_way.py)
               pg_catalog.set_config('skiplock.claim_hint',
                   CASE WHEN pg_catalog.isfinite(c.run_at)
                        THEN pg_catalog.concat_ws('/', c.priority, (EXTRACT(epoch FROM c.run_at) * 1000000)::bigint,

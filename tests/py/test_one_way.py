@@ -1,4 +1,5 @@
-"""One way to do each thing in schema/: the blocks take_next and take_locked share, and those take_locked
+"""One way to do each thing in schema/: the blocks take_next and take_locked share (the claim position's
+equal to its definition, queue._claim_position and queue._claim_hint), and those take_locked
 and consume share, stay the same text (a call to a shared helper costs more than the copy on the hot
 path: docs/decisions.md), the move to
 history is written only in queue._history_row, and stage settings are read only by queue._settings's
@@ -25,6 +26,13 @@ def _block(function: str, name: str) -> str:
 @pytest.mark.parametrize("name", SHARED)
 def test_take_next_and_take_locked_share_the_block(name: str) -> None:
     assert _block("take_next", name) == _block("take_locked", name)
+
+
+@pytest.mark.parametrize(("name", "definition"), (("claim position", "_claim_position"), ("claim hint", "_claim_hint")))
+def test_the_claim_position_inline_is_its_definition(name: str, definition: str) -> None:
+    """The text of skiplock.claim_hint is defined once, by queue._claim_position and
+    queue._claim_hint: take_next and take_locked carry their blocks inline (a call costs more)."""
+    assert _block("take_next", name) == _block(definition, name)
 
 
 @pytest.mark.parametrize("function", ("consume", "drain"))

@@ -65,8 +65,7 @@ BEGIN
     -- a claim does not walk the index entries of the tasks finished since, which stay until
     -- vacuum removes them (and all of them while an old snapshot holds it back). The same logic
     -- as take_next's, inline: a helper function's call costs more than the copy.
-    -- Split, not regexp_match; the pattern and left() only guard the casts (see take_next).
-    -- <claim position> (take_next and take_locked: the same text, tests/py/test_one_way.py)
+    -- <claim position> (queue._claim_position's, the definition, inline: tests/py/test_one_way.py)
     v_setting := pg_catalog.current_setting('skiplock.claim_hint', true);
     IF v_setting ~ '^-?[0-9]+/-?[0-9]+/[0-9]+/-?[0-9]+/' THEN
         v_hint          := pg_catalog.string_to_array(v_setting, '/');
@@ -135,7 +134,7 @@ BEGIN
                  LIMIT take_locked.batch
                    FOR UPDATE SKIP LOCKED) c
          WHERE
-              -- <claim hint> (the same text in take_next and take_locked)
+              -- <claim hint> (queue._claim_hint's, the definition, inline: tests/py/test_one_way.py)
               pg_catalog.set_config('skiplock.claim_hint',
                   CASE WHEN pg_catalog.isfinite(c.run_at)
                        THEN pg_catalog.concat_ws('/', c.priority, (EXTRACT(epoch FROM c.run_at) * 1000000)::bigint,

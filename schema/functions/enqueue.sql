@@ -42,32 +42,34 @@ DECLARE
     v_bad    text;    -- the first bad argument's name
 BEGIN
     -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
-    -- PL/pgSQL sets each function of an expression up again in every transaction: the tests of
-    -- key, repeat and group_key, and of a compressed payload (measured uncompressed there), are a
-    -- second expression, evaluated only when one of them is given.
+    -- An optional argument's tests (and the measure of a compressed payload), whose functions
+    -- PL/pgSQL sets up again in every transaction, run only when one is given.
     v_bad := CASE WHEN enqueue.stage IS NULL OR enqueue.stage IN ('', '*') OR pg_catalog.octet_length(enqueue.stage) > 54
                   THEN 'stage'
                   WHEN enqueue.payload IS NULL OR pg_catalog.jsonb_typeof(enqueue.payload) NOT IN ('object', 'array')
                        OR pg_catalog.pg_column_size(enqueue.payload) > 1048576 THEN 'payload'
                   WHEN enqueue.priority IS NULL THEN 'priority'
                   WHEN enqueue.mode IS NULL OR enqueue.mode NOT IN ('ignore', 'rerun') THEN 'mode'
-                  WHEN enqueue.drift IS NULL THEN 'drift' END;
-    IF v_bad IS NULL AND (enqueue.key IS NOT NULL OR enqueue.repeat IS NOT NULL OR enqueue.group_key IS NOT NULL
-                          OR pg_catalog.pg_column_compression(enqueue.payload) IS NOT NULL) THEN
-        v_bad := CASE WHEN enqueue.key = '' OR pg_catalog.length(enqueue.key) > 1000 THEN 'key'
-                      WHEN enqueue.repeat < interval '1 second'
-                           OR pg_catalog.date_part('year', enqueue.repeat) < 0 OR pg_catalog.date_part('month', enqueue.repeat) < 0
-                           OR pg_catalog.date_part('day', enqueue.repeat) < 0
-                           OR enqueue.repeat - pg_catalog.date_trunc('day', enqueue.repeat) < interval '0'
-                      THEN 'repeat'
-                      WHEN enqueue.group_key = '' OR pg_catalog.length(enqueue.group_key) > 200 THEN 'group_key'
-                      WHEN pg_catalog.pg_column_compression(enqueue.payload) IS NOT NULL THEN 'payload' END;
-    END IF;
+                  WHEN enqueue.drift IS NULL THEN 'drift'
+                  WHEN enqueue.key IS NOT NULL OR enqueue.repeat IS NOT NULL OR enqueue.group_key IS NOT NULL
+                       OR pg_catalog.pg_column_compression(enqueue.payload) IS NOT NULL THEN 'optional' END;
     IF v_bad IS NOT NULL THEN
-        PERFORM queue._raise_bad_argument('enqueue', v_bad, pg_catalog.jsonb_build_object(
-            'stage', enqueue.stage, 'payload', enqueue.payload::text, 'priority', enqueue.priority::text,
-            'mode', enqueue.mode, 'drift', enqueue.drift::text, 'key', enqueue.key,
-            'repeat', enqueue.repeat::text, 'group_key', enqueue.group_key));
+        IF v_bad = 'optional' THEN
+            v_bad := CASE WHEN enqueue.key = '' OR pg_catalog.length(enqueue.key) > 1000 THEN 'key'
+                          WHEN enqueue.repeat < interval '1 second'
+                               OR pg_catalog.date_part('year', enqueue.repeat) < 0 OR pg_catalog.date_part('month', enqueue.repeat) < 0
+                               OR pg_catalog.date_part('day', enqueue.repeat) < 0
+                               OR enqueue.repeat - pg_catalog.date_trunc('day', enqueue.repeat) < interval '0' THEN 'repeat'
+                          WHEN enqueue.group_key = '' OR pg_catalog.length(enqueue.group_key) > 200 THEN 'group_key'
+                          -- last: measured uncompressed there, it may turn out to fit
+                          WHEN pg_catalog.pg_column_compression(enqueue.payload) IS NOT NULL THEN 'payload' END;
+        END IF;
+        IF v_bad IS NOT NULL THEN
+            PERFORM queue._raise_bad_argument('enqueue', v_bad, pg_catalog.jsonb_build_object(
+                'stage', enqueue.stage, 'payload', enqueue.payload::text, 'priority', enqueue.priority::text,
+                'mode', enqueue.mode, 'drift', enqueue.drift::text, 'key', enqueue.key,
+                'repeat', enqueue.repeat::text, 'group_key', enqueue.group_key));
+        END IF;
     END IF;
     -- </arguments>
     -- <producer access> (one probe of the stage's own row: '*' is never restricted; the same text in enqueue and enqueue_batch)

@@ -34,17 +34,22 @@ DECLARE
     v_bad   text;    -- the first bad argument's name
 BEGIN
     -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
-    v_bad := CASE WHEN finish.id IS NULL OR finish.lease IS NULL THEN 'id, lease' END;
-    IF v_bad IS NULL AND (finish.result IS NOT NULL OR finish.next_stage IS NOT NULL) THEN  -- only when one is given
-        v_bad := CASE WHEN finish.next_stage IN ('', '*') OR pg_catalog.octet_length(finish.next_stage) > 54 THEN 'next_stage'
-                      -- last: measured uncompressed there, a compressed result may turn out to fit
-                      WHEN pg_catalog.jsonb_typeof(finish.result) NOT IN ('object', 'array')
-                           OR pg_catalog.pg_column_size(finish.result) > 1048576
-                           OR pg_catalog.pg_column_compression(finish.result) IS NOT NULL THEN 'result' END;
-    END IF;
+    -- An optional argument's tests, whose functions PL/pgSQL sets up again in every transaction,
+    -- run only when one is given.
+    v_bad := CASE WHEN finish.id IS NULL OR finish.lease IS NULL THEN 'id, lease'
+                  WHEN finish.result IS NOT NULL OR finish.next_stage IS NOT NULL THEN 'optional' END;
     IF v_bad IS NOT NULL THEN
-        PERFORM queue._raise_bad_argument('finish', v_bad, pg_catalog.jsonb_build_object(
-            'id', finish.id::text, 'lease', finish.lease::text, 'next_stage', finish.next_stage, 'result', finish.result::text));
+        IF v_bad = 'optional' THEN
+            v_bad := CASE WHEN finish.next_stage IN ('', '*') OR pg_catalog.octet_length(finish.next_stage) > 54 THEN 'next_stage'
+                          -- last: measured uncompressed there, a compressed result may turn out to fit
+                          WHEN pg_catalog.jsonb_typeof(finish.result) NOT IN ('object', 'array')
+                               OR pg_catalog.pg_column_size(finish.result) > 1048576
+                               OR pg_catalog.pg_column_compression(finish.result) IS NOT NULL THEN 'result' END;
+        END IF;
+        IF v_bad IS NOT NULL THEN
+            PERFORM queue._raise_bad_argument('finish', v_bad, pg_catalog.jsonb_build_object(
+                'id', finish.id::text, 'lease', finish.lease::text, 'next_stage', finish.next_stage, 'result', finish.result::text));
+        END IF;
     END IF;
     -- </arguments>
 

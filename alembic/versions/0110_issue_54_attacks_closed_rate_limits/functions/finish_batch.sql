@@ -41,18 +41,21 @@ BEGIN
                        OR pg_catalog.cardinality(finish_batch.id) <> pg_catalog.cardinality(finish_batch.lease)
                        OR EXISTS (SELECT FROM pg_catalog.unnest(finish_batch.id) i WHERE i IS NULL)
                        OR EXISTS (SELECT FROM pg_catalog.unnest(finish_batch.lease) l WHERE l IS NULL) THEN 'id, lease'
-                  WHEN pg_catalog.cardinality(finish_batch.id) > 10000 THEN 'batch' END;
-    IF v_bad IS NULL AND finish_batch.result IS NOT NULL THEN  -- a second test, only for results given
-        v_bad := CASE WHEN pg_catalog.cardinality(finish_batch.result) <> pg_catalog.cardinality(finish_batch.id) THEN 'result'
-                      WHEN EXISTS (SELECT FROM pg_catalog.unnest(finish_batch.result) AS r(r)
-                                    WHERE pg_catalog.jsonb_typeof(r.r) NOT IN ('object', 'array')
-                                       OR pg_catalog.pg_column_size(r.r) > 1048576
-                                       OR pg_catalog.pg_column_compression(r.r) IS NOT NULL) THEN 'result[i]' END;
-    END IF;
+                  WHEN pg_catalog.cardinality(finish_batch.id) > 10000 THEN 'batch'
+                  WHEN finish_batch.result IS NOT NULL THEN 'optional' END;
     IF v_bad IS NOT NULL THEN
-        PERFORM queue._raise_bad_argument('finish_batch', v_bad, pg_catalog.jsonb_build_object(
-            'id', finish_batch.id::text, 'lease', finish_batch.lease::text, 'batch', pg_catalog.cardinality(finish_batch.id)::text,
-            'result', finish_batch.result::text));
+        IF v_bad = 'optional' THEN  -- the results' tests, only when results are given
+            v_bad := CASE WHEN pg_catalog.cardinality(finish_batch.result) <> pg_catalog.cardinality(finish_batch.id) THEN 'result'
+                          WHEN EXISTS (SELECT FROM pg_catalog.unnest(finish_batch.result) AS r(r)
+                                        WHERE pg_catalog.jsonb_typeof(r.r) NOT IN ('object', 'array')
+                                           OR pg_catalog.pg_column_size(r.r) > 1048576
+                                           OR pg_catalog.pg_column_compression(r.r) IS NOT NULL) THEN 'result[i]' END;
+        END IF;
+        IF v_bad IS NOT NULL THEN
+            PERFORM queue._raise_bad_argument('finish_batch', v_bad, pg_catalog.jsonb_build_object(
+                'id', finish_batch.id::text, 'lease', finish_batch.lease::text,
+                'batch', pg_catalog.cardinality(finish_batch.id)::text, 'result', finish_batch.result::text));
+        END IF;
     END IF;
     -- </arguments>
     IF finish_batch.result IS NOT NULL THEN

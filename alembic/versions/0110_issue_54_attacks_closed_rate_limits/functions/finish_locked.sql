@@ -30,17 +30,22 @@ DECLARE
     v_bad   text;    -- the first bad argument's name
 BEGIN
     -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    -- An optional argument's tests, whose functions PL/pgSQL sets up again in every transaction,
+    -- run only when one is given.
     v_bad := CASE WHEN finish_locked.id IS NULL THEN 'id'
-                  WHEN pg_catalog.length(finish_locked.worker) > 200 THEN 'worker' END;
-    IF v_bad IS NULL AND finish_locked.result IS NOT NULL THEN  -- a second test, only for a result given
-        v_bad := CASE WHEN pg_catalog.jsonb_typeof(finish_locked.result) NOT IN ('object', 'array')
-                           OR pg_catalog.pg_column_size(finish_locked.result) > 1048576
-                           OR pg_catalog.pg_column_compression(finish_locked.result) IS NOT NULL THEN 'result' END;
-    END IF;
+                  WHEN pg_catalog.length(finish_locked.worker) > 200 THEN 'worker'
+                  WHEN finish_locked.result IS NOT NULL THEN 'optional' END;
     IF v_bad IS NOT NULL THEN
-        PERFORM queue._raise_bad_argument('finish_locked', v_bad, pg_catalog.jsonb_build_object(
-            'id', finish_locked.id::text, 'worker', finish_locked.worker,
-            'result', finish_locked.result::text));
+        IF v_bad = 'optional' THEN
+            v_bad := CASE WHEN pg_catalog.jsonb_typeof(finish_locked.result) NOT IN ('object', 'array')
+                               OR pg_catalog.pg_column_size(finish_locked.result) > 1048576
+                               OR pg_catalog.pg_column_compression(finish_locked.result) IS NOT NULL THEN 'result' END;
+        END IF;
+        IF v_bad IS NOT NULL THEN
+            PERFORM queue._raise_bad_argument('finish_locked', v_bad, pg_catalog.jsonb_build_object(
+                'id', finish_locked.id::text, 'worker', finish_locked.worker,
+                'result', finish_locked.result::text));
+        END IF;
     END IF;
     -- </arguments>
     -- Held by this transaction now, as it took it (docs/decisions.md, "The take_locked fence"):

@@ -323,6 +323,14 @@ BEGIN
         RAISE EXCEPTION 'a periodic task cannot move to another stage'
             USING ERRCODE = '22023', DETAIL = pg_catalog.format('Task %s repeats; finishing it re-arms it in its stage.', arguments ->> 'id'),
                   HINT = 'Finish it without next_stage and enqueue a new task in the next stage; cancel(id) ends the schedule.';
+    WHEN 'sample_pages' THEN
+        RAISE EXCEPTION 'sample_pages must be 1 or more'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('%s was called with sample_pages %s.', caller, coalesce(v_given, 'NULL')),
+                  HINT = 'Leave it out for the default of 500 pages.';
+    WHEN 'since' THEN
+        RAISE EXCEPTION 'since must be an interval from 0 to 100 years'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('%s was called with since %s.', caller, coalesce(v_given, 'NULL')),
+                  HINT = 'Leave it out for the last hour.';
     WHEN 'limits' THEN
         RAISE EXCEPTION 'stage % has concurrency limits', pg_catalog.quote_literal(arguments ->> 'stage')
             USING ERRCODE = '0A000',

@@ -78,3 +78,27 @@ def test_stage_settings_are_read_only_by_settings() -> None:
                      for statement in re.findall(r"FROM queue\.stage_settings\b[^;]*;", outside_the_block(p))
                      if "FOR UPDATE" not in statement)
     assert readers == [], f"functions that read queue.stage_settings themselves (use queue._settings): {readers}"
+
+
+def _normal(sql: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"--[^\n]*", "", sql)).strip()
+
+
+GUARDED = sorted(p.stem for p in FUNCTIONS.glob("*.sql")
+                 if re.search(r"-- <arguments>[^\n]*\n(?:\s*--[^\n]*\n)*    IF ", p.read_text()))
+
+
+def test_some_functions_guard_their_argument_case() -> None:
+    assert {"enqueue", "finish", "finish_locked"} <= set(GUARDED)
+
+
+@pytest.mark.parametrize("function", GUARDED)
+def test_the_argument_guard_is_its_case_joined(function: str) -> None:
+    """A hot function's <arguments> block may put before its CASE the same tests joined by OR (a
+    text CASE costs more a call than a boolean OR: docs/decisions.md); the two say the same."""
+    block = _block(function, "arguments")
+    guard = re.search(r"^    IF (.*?) THEN\n", block, re.S | re.M)
+    case = re.search(r"v_bad := CASE (.*?) END;", block, re.S)
+    assert guard and case, f"{function}: no guard IF or no v_bad CASE in <arguments>"
+    tests = [_normal(t) for t in re.findall(r"WHEN (.*?)\s+THEN '[^']*'", case.group(1), re.S)]
+    assert _normal(guard.group(1)) == " OR ".join(tests)

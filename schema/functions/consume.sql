@@ -25,10 +25,11 @@ DECLARE
     v_bad text;    -- the first bad argument's name
 BEGIN
     -- <take checks> (take_locked and consume: the same text, tests/py/test_one_way.py)
-    v_bad := CASE WHEN consume.stage IS NULL OR consume.stage IN ('', '*') OR pg_catalog.octet_length(consume.stage) > 54
-                  THEN 'stage'
-                  WHEN consume.batch IS NULL OR consume.batch < 1 OR consume.batch > 10000 THEN 'batch' END;
-    IF v_bad IS NOT NULL THEN
+    IF consume.stage IS NULL OR consume.stage IN ('', '*') OR pg_catalog.octet_length(consume.stage) > 54
+       OR consume.batch IS NULL OR consume.batch < 1 OR consume.batch > 10000 THEN
+        v_bad := CASE WHEN consume.stage IS NULL OR consume.stage IN ('', '*') OR pg_catalog.octet_length(consume.stage) > 54
+                      THEN 'stage'
+                      WHEN consume.batch IS NULL OR consume.batch < 1 OR consume.batch > 10000 THEN 'batch' END;
         PERFORM queue._raise_bad_argument('consume', v_bad, pg_catalog.jsonb_build_object(
             'stage', consume.stage, 'batch', consume.batch::text));
     END IF;

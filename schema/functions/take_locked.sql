@@ -39,10 +39,11 @@ DECLARE
     v_bad           text;  -- the first bad argument's name
 BEGIN
     -- <take checks> (take_locked and consume: the same text, tests/py/test_one_way.py)
-    v_bad := CASE WHEN take_locked.stage IS NULL OR take_locked.stage IN ('', '*') OR pg_catalog.octet_length(take_locked.stage) > 54
-                  THEN 'stage'
-                  WHEN take_locked.batch IS NULL OR take_locked.batch < 1 OR take_locked.batch > 10000 THEN 'batch' END;
-    IF v_bad IS NOT NULL THEN
+    IF take_locked.stage IS NULL OR take_locked.stage IN ('', '*') OR pg_catalog.octet_length(take_locked.stage) > 54
+       OR take_locked.batch IS NULL OR take_locked.batch < 1 OR take_locked.batch > 10000 THEN
+        v_bad := CASE WHEN take_locked.stage IS NULL OR take_locked.stage IN ('', '*') OR pg_catalog.octet_length(take_locked.stage) > 54
+                      THEN 'stage'
+                      WHEN take_locked.batch IS NULL OR take_locked.batch < 1 OR take_locked.batch > 10000 THEN 'batch' END;
         PERFORM queue._raise_bad_argument('take_locked', v_bad, pg_catalog.jsonb_build_object(
             'stage', take_locked.stage, 'batch', take_locked.batch::text));
     END IF;

@@ -84,21 +84,22 @@ def _normal(sql: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"--[^\n]*", "", sql)).strip()
 
 
-GUARDED = sorted(p.stem for p in FUNCTIONS.glob("*.sql")
-                 if re.search(r"-- <arguments>[^\n]*\n(?:\s*--[^\n]*\n)*    IF ", p.read_text()))
+GUARDED = sorted((p.stem, m.group(1)) for p in FUNCTIONS.glob("*.sql")
+                 for m in re.finditer(r"-- <(arguments|take checks)>[^\n]*\n(?:\s*--[^\n]*\n)*    IF [^\n]*\n(?:[^\n]*\n)*?\s*v_bad := CASE",
+                                      p.read_text()))
 
 
-def test_some_functions_guard_their_argument_case() -> None:
-    assert {"enqueue", "finish", "finish_locked"} <= set(GUARDED)
+def test_the_hot_functions_guard_their_argument_case() -> None:
+    assert {"enqueue", "finish", "finish_locked", "take_next", "take_locked", "consume", "drain"} <= {f for f, _ in GUARDED}
 
 
-@pytest.mark.parametrize("function", GUARDED)
-def test_the_argument_guard_is_its_case_joined(function: str) -> None:
-    """A hot function's <arguments> block may put before its CASE the same tests joined by OR (a
-    text CASE costs more a call than a boolean OR: docs/decisions.md); the two say the same."""
-    block = _block(function, "arguments")
-    guard = re.search(r"^    IF (.*?) THEN\n", block, re.S | re.M)
-    case = re.search(r"v_bad := CASE (.*?) END;", block, re.S)
-    assert guard and case, f"{function}: no guard IF or no v_bad CASE in <arguments>"
+@pytest.mark.parametrize(("function", "block"), GUARDED)
+def test_the_argument_guard_is_its_case_joined(function: str, block: str) -> None:
+    """A hot function's argument block may put before its CASE the same tests joined by OR (a text
+    CASE costs more a call than a boolean OR: docs/decisions.md); the two say the same."""
+    text = _block(function, block)
+    guard = re.search(r"^    IF (.*?) THEN\n", text, re.S | re.M)
+    case = re.search(r"v_bad := CASE (.*?) END;", text, re.S)
+    assert guard and case, f"{function}: no guard IF or no v_bad CASE in <{block}>"
     tests = [_normal(t) for t in re.findall(r"WHEN (.*?)\s+THEN '[^']*'", case.group(1), re.S)]
     assert _normal(guard.group(1)) == " OR ".join(tests)

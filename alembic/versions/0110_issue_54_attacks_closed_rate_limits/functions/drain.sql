@@ -29,10 +29,11 @@ DECLARE
     v_bad text;    -- the first bad argument's name
 BEGIN
     -- <take checks> (take_locked and consume: the same text, tests/py/test_one_way.py)
-    v_bad := CASE WHEN drain.stage IS NULL OR drain.stage IN ('', '*') OR pg_catalog.octet_length(drain.stage) > 54
-                  THEN 'stage'
-                  WHEN drain.batch IS NULL OR drain.batch < 1 OR drain.batch > 10000 THEN 'batch' END;
-    IF v_bad IS NOT NULL THEN
+    IF drain.stage IS NULL OR drain.stage IN ('', '*') OR pg_catalog.octet_length(drain.stage) > 54
+       OR drain.batch IS NULL OR drain.batch < 1 OR drain.batch > 10000 THEN
+        v_bad := CASE WHEN drain.stage IS NULL OR drain.stage IN ('', '*') OR pg_catalog.octet_length(drain.stage) > 54
+                      THEN 'stage'
+                      WHEN drain.batch IS NULL OR drain.batch < 1 OR drain.batch > 10000 THEN 'batch' END;
         PERFORM queue._raise_bad_argument('drain', v_bad, pg_catalog.jsonb_build_object(
             'stage', drain.stage, 'batch', drain.batch::text));
     END IF;

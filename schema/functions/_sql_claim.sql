@@ -23,8 +23,15 @@ DECLARE
     v_worker   text        := pg_catalog.format('%s#%s', pg_catalog.left(coalesce(_sql_claim.worker, 'sql'), 180),
                                                 pg_catalog.pg_backend_pid());
     v_settings queue.stage_settings;
+    v_bad text;  -- the first bad argument's name
 BEGIN
-    PERFORM queue._check_stage(_sql_claim.stage);
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN _sql_claim.stage IS NULL OR _sql_claim.stage IN ('', '*') OR pg_catalog.octet_length(_sql_claim.stage) > 54 THEN 'stage' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('_sql_claim', v_bad, pg_catalog.jsonb_build_object(
+            'stage', _sql_claim.stage));
+    END IF;
+    -- </arguments>
     v_settings := queue._settings(_sql_claim.stage);
     IF v_settings.restricted THEN
         PERFORM queue._check_access(_sql_claim.stage, 'take');

@@ -16,12 +16,14 @@ AS $$
 DECLARE
     v_now  timestamptz := pg_catalog.now();
     v_task queue.live_tasks;
+    v_bad text;  -- the first bad argument's name
 BEGIN
-    IF cancel.id IS NULL THEN
-        RAISE EXCEPTION 'id must not be NULL'
-            USING ERRCODE = '22004', DETAIL = 'cancel was called with id NULL.',
-                  HINT = 'Pass the id of a task, e.g. from queue.tasks.';
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN cancel.id IS NULL THEN 'id' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('cancel', v_bad, pg_catalog.jsonb_build_object('id', cancel.id::text));
     END IF;
+    -- </arguments>
     DELETE FROM queue.live_tasks t
      WHERE t.id = cancel.id AND (cancel.stage IS NULL OR t.stage = cancel.stage)
     RETURNING t.* INTO v_task;

@@ -23,19 +23,21 @@ CREATE OR REPLACE FUNCTION queue.configure_history(
 AS $$
 DECLARE
     v_row queue.history_policy;
+    v_bad text;  -- the first bad argument's name
 BEGIN
-    -- Checks the table cannot make: interval equality counts a month as 30 days, so
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    -- Tests the table cannot make: interval equality counts a month as 30 days, so
     -- '1 mon -29 days' equals '1 day' and passes its list, and date_bin() refuses months.
-    IF configure_history.retention > interval '1000 years'
-       OR pg_catalog.date_part('month', configure_history.partition_interval) <> 0
-       OR pg_catalog.date_part('year', configure_history.partition_interval) <> 0 THEN
-        RAISE EXCEPTION 'invalid history setting'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('partition_interval is %s, retention %s.',
-                                             coalesce(configure_history.partition_interval::text, 'unchanged'),
-                                             coalesce(configure_history.retention::text, 'unchanged')),
-                  HINT = 'partition_interval in hours or days, no months (1, 2, 3, 4, 6, 8 or 12 hours, 1 day or 7 days); retention at most 1000 years.';
+    v_bad := CASE WHEN configure_history.retention > interval '1000 years'
+                       OR pg_catalog.date_part('month', configure_history.partition_interval) <> 0
+                       OR pg_catalog.date_part('year', configure_history.partition_interval) <> 0
+                  THEN 'partition_interval, retention' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('configure_history', v_bad, pg_catalog.jsonb_build_object(
+            'partition_interval', configure_history.partition_interval::text,
+            'retention', configure_history.retention::text));
     END IF;
+    -- </arguments>
     BEGIN
         UPDATE queue.history_policy AS p
            SET partition_interval = coalesce(configure_history.partition_interval, p.partition_interval),
@@ -47,10 +49,7 @@ BEGIN
          WHERE p.one
         RETURNING p.* INTO STRICT v_row;
     EXCEPTION WHEN check_violation THEN
-        RAISE EXCEPTION 'invalid history setting'
-            USING ERRCODE = '22023',
-                  DETAIL = SQLERRM,
-                  HINT = 'partition_interval 1, 2, 3, 4, 6, 8 or 12 hours, 1 day or 7 days; premake 1 to 1000; partition_interval <= retention <= 1000 years; retention_action ''drop'' or ''detach''; 0 < rotate_every < partition_interval * premake.';
+        PERFORM queue._raise_bad_argument('configure_history', 'settings', pg_catalog.jsonb_build_object('settings', SQLERRM));
     END;
     RETURN v_row;
 END

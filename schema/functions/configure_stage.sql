@@ -46,53 +46,33 @@ AS $$
 DECLARE
     v_row queue.stage_settings;
     v_waiting text;
+    v_bad text;  -- the first bad argument's name
 BEGIN
-    IF configure_stage.stage IS DISTINCT FROM '*' THEN
-        PERFORM queue._check_stage(configure_stage.stage);
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN configure_stage.stage IS NULL OR configure_stage.stage = '' OR pg_catalog.octet_length(configure_stage.stage) > 54
+                  THEN 'stage'  -- '*' is the defaults row
+                  WHEN configure_stage.max_running < 0 THEN 'max_running'
+                  WHEN configure_stage.rate_limit < 0 OR configure_stage.rate_burst < 0 THEN 'rate_limit, rate_burst'
+                  WHEN configure_stage.group_limit < 0 THEN 'group_limit'
+                  -- enqueue reads the mode from the stage's own row only (one probe), so '*' keeps all.
+                  WHEN configure_stage.history NOT IN ('all', 'failures', 'none')
+                       OR (configure_stage.stage = '*' AND configure_stage.history <> 'all') THEN 'history'
+                  -- Past this, now() + a lease or a backoff can leave the timestamp range, and reap_hung (for
+                  -- every stage at once) or the stage's takes would fail.
+                  WHEN configure_stage.lease_duration > interval '100 years' OR configure_stage.backoff_base > interval '100 years'
+                       OR configure_stage.backoff_cap > interval '100 years' OR configure_stage.task_timeout > interval '100 years'
+                  THEN 'lease_duration, backoff_base, backoff_cap, task_timeout' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('configure_stage', v_bad, pg_catalog.jsonb_build_object(
+            'stage', configure_stage.stage, 'max_running', configure_stage.max_running::text,
+            'rate_limit', configure_stage.rate_limit::text, 'rate_burst', configure_stage.rate_burst::text,
+            'group_limit', configure_stage.group_limit::text,
+            'lease_duration', configure_stage.lease_duration::text,
+            'backoff_base', configure_stage.backoff_base::text,
+            'backoff_cap', configure_stage.backoff_cap::text,
+            'task_timeout', configure_stage.task_timeout::text, 'history', configure_stage.history));
     END IF;
-    IF configure_stage.max_running < 0 THEN
-        RAISE EXCEPTION 'invalid max_running'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('max_running is %s.', configure_stage.max_running),
-                  HINT = 'Give the most tasks of the stage that may run at once (1 or more), 0 to remove the cap, or NULL to keep it.';
-    END IF;
-    IF configure_stage.rate_limit < 0 OR configure_stage.rate_burst < 0 THEN
-        RAISE EXCEPTION 'invalid rate limit'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('rate_limit is %s, rate_burst %s.', coalesce(configure_stage.rate_limit::text, 'unchanged'),
-                                             coalesce(configure_stage.rate_burst::text, 'unchanged')),
-                  HINT = 'Give the most tasks taken per rate_window (1 or more) and at most that many as rate_burst, 0 to remove either, or NULL to keep it.';
-    END IF;
-    IF configure_stage.group_limit < 0 THEN
-        RAISE EXCEPTION 'invalid group_limit'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('group_limit is %s.', configure_stage.group_limit),
-                  HINT = 'Give the most tasks of one group_key that may run at once (1: one at a time), 0 to remove the cap, or NULL to keep it.';
-    END IF;
-    -- enqueue reads the mode from the stage's own row only (one probe), so '*' keeps all.
-    IF configure_stage.history IS NOT NULL
-       AND (configure_stage.history NOT IN ('all', 'failures', 'none')
-            OR (configure_stage.stage = '*' AND configure_stage.history <> 'all')) THEN
-        RAISE EXCEPTION 'invalid history mode'
-            USING ERRCODE = '22023',
-                  DETAIL = CASE WHEN configure_stage.history IN ('failures', 'none')
-                                THEN pg_catalog.format('history %s was given for stage ''*''.', pg_catalog.quote_literal(configure_stage.history))
-                                ELSE pg_catalog.format('history is %s.', pg_catalog.quote_literal(pg_catalog.left(configure_stage.history, 80))) END,
-                  HINT = 'Give ''all'' (the default), ''failures'' (keep only fatal ends) or ''none'', for a stage by its name (not ''*''), or NULL to keep it.';
-    END IF;
-    -- Past this, now() + a lease or a backoff can leave the timestamp range, and reap_hung (for
-    -- every stage at once) or the stage's takes would fail.
-    IF configure_stage.lease_duration > interval '100 years' OR configure_stage.backoff_base > interval '100 years'
-       OR configure_stage.backoff_cap > interval '100 years' OR configure_stage.task_timeout > interval '100 years' THEN
-        RAISE EXCEPTION 'invalid stage setting'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('lease_duration %s, backoff_base %s, backoff_cap %s, task_timeout %s.',
-                                             coalesce(configure_stage.lease_duration::text, 'unchanged'),
-                                             coalesce(configure_stage.backoff_base::text, 'unchanged'),
-                                             coalesce(configure_stage.backoff_cap::text, 'unchanged'),
-                                             coalesce(configure_stage.task_timeout::text, 'unchanged')),
-                  HINT = 'lease_duration, backoff_base, backoff_cap and task_timeout are at most 100 years.';
-    END IF;
+    -- </arguments>
     -- A new row starts as a copy of the defaults; then the columns given change under the row's
     -- lock, as the row is when written (a concurrent call's change, a pause say, is kept).
     BEGIN
@@ -130,11 +110,7 @@ BEGIN
          WHERE s.stage = configure_stage.stage
         RETURNING s.* INTO v_row;
     EXCEPTION WHEN check_violation THEN
-        RAISE EXCEPTION 'invalid stage setting'
-            USING ERRCODE = '22023',
-                  DETAIL = SQLERRM,
-                  HINT = 'lease_duration > 0 (at most 100 years), max_attempts >= 1, backoff ''linear'' or ''exponential'', delays >= 0, jitter between 0 and 1, '
-                         || 'rate_window 1 ms to 31 days without months, rate_burst at most rate_limit, weight 1 to 1000, task_timeout >= 0 (0 removes it).';
+        PERFORM queue._raise_bad_argument('configure_stage', 'settings', pg_catalog.jsonb_build_object('settings', SQLERRM));
     END;
     -- The stage's waiting tasks take the new mode (enqueue stamps each task with it), but for those a
     -- transaction holds now (take_locked, a drain): they keep the mode they have, as one enqueued

@@ -25,13 +25,16 @@ DECLARE
     v_minute   timestamptz;
     v_backend  integer;
     v_now         timestamptz := pg_catalog.now();
+    v_bad text;    -- the first bad argument's name
 BEGIN
     -- <take checks> (take_locked and consume: the same text, tests/py/test_one_way.py)
-    IF consume.stage IS NULL OR consume.stage IN ('', '*') OR pg_catalog.octet_length(consume.stage) > 54 THEN
-        PERFORM queue._check_stage(consume.stage);
-    END IF;
-    IF consume.batch IS NULL OR consume.batch < 1 OR consume.batch > 10000 THEN
-        PERFORM queue._raise_bad_argument('consume', 'batch', consume.batch::text);
+    IF consume.stage IS NULL OR consume.stage IN ('', '*') OR pg_catalog.octet_length(consume.stage) > 54
+       OR consume.batch IS NULL OR consume.batch < 1 OR consume.batch > 10000 THEN
+        v_bad := CASE WHEN consume.stage IS NULL OR consume.stage IN ('', '*') OR pg_catalog.octet_length(consume.stage) > 54
+                      THEN 'stage'
+                      WHEN consume.batch IS NULL OR consume.batch < 1 OR consume.batch > 10000 THEN 'batch' END;
+        PERFORM queue._raise_bad_argument('consume', v_bad, pg_catalog.jsonb_build_object(
+            'stage', consume.stage, 'batch', consume.batch::text));
     END IF;
     -- <settings> (the stage's row, else the defaults '*': the same text in _settings and its inline copies)
     v_settings := coalesce((SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) consume.stage),
@@ -41,7 +44,7 @@ BEGIN
         PERFORM queue._check_access(consume.stage, 'take');
     END IF;
     IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL OR v_settings.rate_limit IS NOT NULL THEN
-        PERFORM queue._raise_bad_argument('consume', 'limits', consume.stage);
+        PERFORM queue._raise_bad_argument('consume', 'limits', pg_catalog.jsonb_build_object('stage', consume.stage));
     END IF;
     IF v_settings.paused THEN
         RETURN;

@@ -28,13 +28,16 @@ DECLARE
     v_minute   timestamptz;
     v_backend  integer;
     v_now         timestamptz := pg_catalog.now();
+    v_bad text;    -- the first bad argument's name
 BEGIN
     -- <take checks> (take_locked and consume: the same text, tests/py/test_one_way.py)
-    IF drain.stage IS NULL OR drain.stage IN ('', '*') OR pg_catalog.octet_length(drain.stage) > 54 THEN
-        PERFORM queue._check_stage(drain.stage);
-    END IF;
-    IF drain.batch IS NULL OR drain.batch < 1 OR drain.batch > 10000 THEN
-        PERFORM queue._raise_bad_argument('drain', 'batch', drain.batch::text);
+    IF drain.stage IS NULL OR drain.stage IN ('', '*') OR pg_catalog.octet_length(drain.stage) > 54
+       OR drain.batch IS NULL OR drain.batch < 1 OR drain.batch > 10000 THEN
+        v_bad := CASE WHEN drain.stage IS NULL OR drain.stage IN ('', '*') OR pg_catalog.octet_length(drain.stage) > 54
+                      THEN 'stage'
+                      WHEN drain.batch IS NULL OR drain.batch < 1 OR drain.batch > 10000 THEN 'batch' END;
+        PERFORM queue._raise_bad_argument('drain', v_bad, pg_catalog.jsonb_build_object(
+            'stage', drain.stage, 'batch', drain.batch::text));
     END IF;
     -- <settings> (the stage's row, else the defaults '*': the same text in _settings and its inline copies)
     v_settings := coalesce((SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) drain.stage),
@@ -44,7 +47,7 @@ BEGIN
         PERFORM queue._check_access(drain.stage, 'take');
     END IF;
     IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL OR v_settings.rate_limit IS NOT NULL THEN
-        PERFORM queue._raise_bad_argument('drain', 'limits', drain.stage);
+        PERFORM queue._raise_bad_argument('drain', 'limits', pg_catalog.jsonb_build_object('stage', drain.stage));
     END IF;
     IF v_settings.paused THEN
         RETURN;

@@ -41,68 +41,46 @@ DECLARE
     v_slot   timestamptz := CASE WHEN enqueue.repeat IS NOT NULL THEN v_run_at END;
     v_restricted boolean;
     v_history    text;
+    v_bad    text;    -- the first bad argument's name
 BEGIN
-    -- One test of every argument (of key, repeat and group_key: that one is given), then, only when
-    -- one fails, the tests that say which: each function in a PL/pgSQL expression is set up again in
-    -- every transaction, and a test not reached costs nothing. The checkers pin search_path.
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    -- The hot path evaluates only the guard, the CASE's tests joined by OR (a text CASE costs
+    -- 8 k more a call: docs/decisions.md); tests/py/test_one_way.py keeps the two the same. An
+    -- optional argument's tests (and the measure of a compressed payload), whose functions
+    -- PL/pgSQL sets up again in every transaction, run only when one is given.
     IF enqueue.stage IS NULL OR enqueue.stage IN ('', '*') OR pg_catalog.octet_length(enqueue.stage) > 54
        OR enqueue.payload IS NULL OR pg_catalog.jsonb_typeof(enqueue.payload) NOT IN ('object', 'array')
-       OR pg_catalog.pg_column_size(enqueue.payload) > 1048576
-       OR pg_catalog.pg_column_compression(enqueue.payload) IS NOT NULL  -- from a column: measured uncompressed
-       OR enqueue.priority IS NULL OR enqueue.mode IS NULL OR enqueue.mode NOT IN ('ignore', 'rerun')
-       OR enqueue.drift IS NULL OR enqueue.key IS NOT NULL OR enqueue.repeat IS NOT NULL
-       OR enqueue.group_key IS NOT NULL THEN
-        IF enqueue.stage IS NULL OR enqueue.stage IN ('', '*') OR pg_catalog.octet_length(enqueue.stage) > 54 THEN
-            PERFORM queue._check_stage(enqueue.stage);
+       OR pg_catalog.pg_column_size(enqueue.payload) > 1048576 OR enqueue.priority IS NULL
+       OR enqueue.mode IS NULL OR enqueue.mode NOT IN ('ignore', 'rerun') OR enqueue.drift IS NULL
+       OR enqueue.key IS NOT NULL OR enqueue.repeat IS NOT NULL OR enqueue.group_key IS NOT NULL
+       OR pg_catalog.pg_column_compression(enqueue.payload) IS NOT NULL THEN
+        v_bad := CASE WHEN enqueue.stage IS NULL OR enqueue.stage IN ('', '*') OR pg_catalog.octet_length(enqueue.stage) > 54
+                      THEN 'stage'
+                      WHEN enqueue.payload IS NULL OR pg_catalog.jsonb_typeof(enqueue.payload) NOT IN ('object', 'array')
+                           OR pg_catalog.pg_column_size(enqueue.payload) > 1048576 THEN 'payload'
+                      WHEN enqueue.priority IS NULL THEN 'priority'
+                      WHEN enqueue.mode IS NULL OR enqueue.mode NOT IN ('ignore', 'rerun') THEN 'mode'
+                      WHEN enqueue.drift IS NULL THEN 'drift'
+                      WHEN enqueue.key IS NOT NULL OR enqueue.repeat IS NOT NULL OR enqueue.group_key IS NOT NULL
+                           OR pg_catalog.pg_column_compression(enqueue.payload) IS NOT NULL THEN 'optional' END;
+        IF v_bad = 'optional' THEN
+            v_bad := CASE WHEN enqueue.key = '' OR pg_catalog.length(enqueue.key) > 1000 THEN 'key'
+                          WHEN enqueue.repeat < interval '1 second'
+                               OR pg_catalog.date_part('year', enqueue.repeat) < 0 OR pg_catalog.date_part('month', enqueue.repeat) < 0
+                               OR pg_catalog.date_part('day', enqueue.repeat) < 0
+                               OR enqueue.repeat - pg_catalog.date_trunc('day', enqueue.repeat) < interval '0' THEN 'repeat'
+                          WHEN enqueue.group_key = '' OR pg_catalog.length(enqueue.group_key) > 200 THEN 'group_key'
+                          -- last: measured uncompressed there, it may turn out to fit
+                          WHEN pg_catalog.pg_column_compression(enqueue.payload) IS NOT NULL THEN 'payload' END;
         END IF;
-        IF enqueue.payload IS NULL OR pg_catalog.jsonb_typeof(enqueue.payload) NOT IN ('object', 'array')
-           OR pg_catalog.pg_column_size(enqueue.payload) > 1048576
-           OR pg_catalog.pg_column_compression(enqueue.payload) IS NOT NULL THEN
-            PERFORM queue._check_payload(enqueue.payload);
-        END IF;
-        IF enqueue.priority IS NULL THEN
-            RAISE EXCEPTION 'priority must not be NULL'
-                USING ERRCODE = '22004', DETAIL = 'enqueue was called with priority NULL.',
-                      HINT = 'Lower runs first; the default is 0.';
-        END IF;
-        IF enqueue.mode IS NULL OR enqueue.mode NOT IN ('ignore', 'rerun') THEN
-            RAISE EXCEPTION 'unknown enqueue mode'
-                USING ERRCODE = '22023',
-                      DETAIL = pg_catalog.format('mode is %s.',
-                                                 CASE WHEN enqueue.mode IS NULL THEN 'NULL'
-                                                      WHEN pg_catalog.length(enqueue.mode) <= 80 THEN pg_catalog.quote_literal(enqueue.mode)
-                                                      ELSE pg_catalog.format('%s... (%s characters)', pg_catalog.quote_literal(pg_catalog.left(enqueue.mode, 80)),
-                                                                             pg_catalog.length(enqueue.mode)) END),
-                      HINT = 'Use ''ignore'' (keep the existing task) or ''rerun'' (run it again with the new payload).';
-        END IF;
-        IF enqueue.key = '' OR pg_catalog.length(enqueue.key) > 1000 THEN
-            RAISE EXCEPTION 'invalid key'
-                USING ERRCODE = '22023',
-                      DETAIL = pg_catalog.format('The key has %s characters.', pg_catalog.length(enqueue.key)),
-                      HINT = 'A key is 1 to 1000 characters, or NULL for none.';
-        END IF;
-        IF enqueue.repeat IS NOT NULL
-           AND (enqueue.repeat < interval '1 second'
-                OR pg_catalog.date_part('year', enqueue.repeat) < 0 OR pg_catalog.date_part('month', enqueue.repeat) < 0
-                OR pg_catalog.date_part('day', enqueue.repeat) < 0
-                OR enqueue.repeat - pg_catalog.date_trunc('day', enqueue.repeat) < interval '0') THEN
-            RAISE EXCEPTION 'invalid repeat'
-                USING ERRCODE = '22023',
-                      DETAIL = pg_catalog.format('repeat is %s.', enqueue.repeat),
-                      HINT = 'A periodic task repeats every 1 second or more, e.g. interval ''1 hour'', with no negative part (not ''1 day -1 hour''); NULL for a one-off task.';
-        END IF;
-        IF enqueue.drift IS NULL THEN
-            RAISE EXCEPTION 'drift must not be NULL'
-                USING ERRCODE = '22004', DETAIL = 'enqueue was called with drift NULL.',
-                      HINT = 'true (default): plan the next run from the planned time; false: from the end of the run.';
-        END IF;
-        IF enqueue.group_key = '' OR pg_catalog.length(enqueue.group_key) > 200 THEN
-            RAISE EXCEPTION 'invalid group_key'
-                USING ERRCODE = '22023',
-                      DETAIL = pg_catalog.format('The group_key has %s characters.', pg_catalog.length(enqueue.group_key)),
-                      HINT = 'A group_key is 1 to 200 characters, or NULL for none.';
+        IF v_bad IS NOT NULL THEN
+            PERFORM queue._raise_bad_argument('enqueue', v_bad, pg_catalog.jsonb_build_object(
+                'stage', enqueue.stage, 'payload', enqueue.payload::text, 'priority', enqueue.priority::text,
+                'mode', enqueue.mode, 'drift', enqueue.drift::text, 'key', enqueue.key,
+                'repeat', enqueue.repeat::text, 'group_key', enqueue.group_key));
         END IF;
     END IF;
+    -- </arguments>
     -- <producer access> (one probe of the stage's own row: '*' is never restricted and keeps all
     -- history; the same text in enqueue and enqueue_batch). The task carries the stage's history mode.
     SELECT s.restricted, s.history INTO v_restricted, v_history

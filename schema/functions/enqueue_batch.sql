@@ -19,50 +19,29 @@ CREATE OR REPLACE FUNCTION queue.enqueue_batch(
 AS $$
 DECLARE
     v_now      timestamptz := pg_catalog.now();
-    v_bad      record;
-    v_detail   text;
-    v_hint     text;
+    v_bad      text;  -- the first bad argument's name
     v_restricted boolean;
     v_history  text;
 BEGIN
-    PERFORM queue._check_stage(enqueue_batch.stage);
-    IF enqueue_batch.priority IS NULL THEN
-        RAISE EXCEPTION 'priority must not be NULL'
-            USING ERRCODE = '22004', DETAIL = 'enqueue_batch was called with priority NULL.',
-                  HINT = 'Lower runs first; the default is 0.';
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN enqueue_batch.stage IS NULL OR enqueue_batch.stage IN ('', '*') OR pg_catalog.octet_length(enqueue_batch.stage) > 54
+                  THEN 'stage'
+                  WHEN enqueue_batch.priority IS NULL THEN 'priority'
+                  WHEN enqueue_batch.payloads IS NULL OR pg_catalog.cardinality(enqueue_batch.payloads) > 100000 THEN 'payloads'
+                  WHEN enqueue_batch.group_key = '' OR pg_catalog.length(enqueue_batch.group_key) > 200 THEN 'group_key'
+                  WHEN EXISTS (SELECT FROM pg_catalog.unnest(enqueue_batch.payloads) AS p(payload)
+                                WHERE p.payload IS NULL OR pg_catalog.jsonb_typeof(p.payload) NOT IN ('object', 'array')
+                                   OR pg_catalog.pg_column_size(p.payload) > 1048576
+                                   OR (pg_catalog.pg_column_compression(p.payload) IS NOT NULL  -- compressed: measured uncompressed
+                                       AND pg_catalog.pg_column_size(p.payload || CASE pg_catalog.jsonb_typeof(p.payload)
+                                                                                    WHEN 'object' THEN '{}'::jsonb ELSE '[]'::jsonb END) > 1048576))
+                  THEN 'payloads[i]' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('enqueue_batch', v_bad, pg_catalog.jsonb_build_object(
+            'stage', enqueue_batch.stage, 'priority', enqueue_batch.priority::text, 'payloads', enqueue_batch.payloads::text,
+            'group_key', enqueue_batch.group_key));
     END IF;
-    IF enqueue_batch.payloads IS NULL OR pg_catalog.cardinality(enqueue_batch.payloads) > 100000 THEN
-        RAISE EXCEPTION 'payloads must be an array of at most 100000 payloads'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('payloads has %s elements.', coalesce(pg_catalog.cardinality(enqueue_batch.payloads)::text, 'NULL')),
-                  HINT = 'Split larger loads into several calls.';
-    END IF;
-    IF enqueue_batch.group_key = '' OR pg_catalog.length(enqueue_batch.group_key) > 200 THEN
-        RAISE EXCEPTION 'invalid group_key'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('The group_key has %s characters.', pg_catalog.length(enqueue_batch.group_key)),
-                  HINT = 'A group_key is 1 to 200 characters, or NULL for none.';
-    END IF;
-    SELECT p.ord, p.payload INTO v_bad
-      FROM pg_catalog.unnest(enqueue_batch.payloads) WITH ORDINALITY AS p(payload, ord)
-     WHERE p.payload IS NULL OR pg_catalog.jsonb_typeof(p.payload) NOT IN ('object', 'array')
-        OR pg_catalog.pg_column_size(p.payload) > 1048576
-        OR (pg_catalog.pg_column_compression(p.payload) IS NOT NULL  -- compressed: measured uncompressed
-            AND pg_catalog.pg_column_size(p.payload || CASE pg_catalog.jsonb_typeof(p.payload)
-                                                         WHEN 'object' THEN '{}'::jsonb ELSE '[]'::jsonb END) > 1048576)
-     LIMIT 1;
-    IF FOUND THEN
-        BEGIN
-            PERFORM queue._check_payload(v_bad.payload);
-        EXCEPTION WHEN null_value_not_allowed OR invalid_parameter_value OR program_limit_exceeded THEN
-            -- Re-raise the payload's own error, saying which element it was (its position:
-            -- the first is 1, whatever the array's lower bound).
-            GET STACKED DIAGNOSTICS v_detail = PG_EXCEPTION_DETAIL, v_hint = PG_EXCEPTION_HINT;
-            RAISE EXCEPTION 'payloads[%]: %', v_bad.ord, SQLERRM
-                USING ERRCODE = SQLSTATE, DETAIL = pg_catalog.concat_ws(' ', pg_catalog.format('Element %s of the array.', v_bad.ord), NULLIF(v_detail, '')),
-                      HINT = coalesce(NULLIF(v_hint, ''), 'Every payload must be a JSON object or array of at most 1 MiB.');
-        END;
-    END IF;
+    -- </arguments>
     -- <producer access> (one probe of the stage's own row: '*' is never restricted and keeps all
     -- history; the same text in enqueue and enqueue_batch). The task carries the stage's history mode.
     SELECT s.restricted, s.history INTO v_restricted, v_history

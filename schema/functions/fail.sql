@@ -27,14 +27,18 @@ AS $$
 DECLARE
     v_now      timestamptz := pg_catalog.now();
     v_task     queue.live_tasks;
+    v_bad   text;    -- the first bad argument's name
 BEGIN
-    IF fail.id IS NULL OR fail.lease IS NULL THEN
-        PERFORM queue._raise_bad_argument('fail', 'id, lease', fail.id::text, fail.lease::text);
-    ELSIF fail.fatal IS NULL THEN
-        PERFORM queue._raise_bad_argument('fail', 'fatal');
-    ELSIF fail.retry_in < interval '0' THEN
-        PERFORM queue._raise_bad_argument('fail', 'retry_in', fail.retry_in::text);
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN fail.id IS NULL OR fail.lease IS NULL THEN 'id, lease'
+                  WHEN fail.fatal IS NULL THEN 'fatal'
+                  WHEN fail.retry_in < interval '0' THEN 'retry_in' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('fail', v_bad, pg_catalog.jsonb_build_object(
+            'id', fail.id::text, 'lease', fail.lease::text, 'fatal', fail.fatal::text,
+            'retry_in', fail.retry_in::text));
     END IF;
+    -- </arguments>
 
     SELECT t.* INTO v_task
       FROM queue.live_tasks t

@@ -29,16 +29,19 @@ DECLARE
     v_held     text := pg_catalog.current_setting('skiplock.held', true);
     v_entry    text;
     v_key      text;
+    v_bad   text;    -- the first bad argument's name
 BEGIN
-    IF fail_locked.id IS NULL THEN
-        PERFORM queue._raise_bad_argument('fail_locked', 'id');
-    ELSIF fail_locked.fatal IS NULL THEN
-        PERFORM queue._raise_bad_argument('fail_locked', 'fatal');
-    ELSIF fail_locked.retry_in < interval '0' THEN
-        PERFORM queue._raise_bad_argument('fail_locked', 'retry_in', fail_locked.retry_in::text);
-    ELSIF pg_catalog.length(fail_locked.worker) > 200 THEN
-        PERFORM queue._raise_bad_argument('fail_locked', 'worker', fail_locked.worker);
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN fail_locked.id IS NULL THEN 'id'
+                  WHEN fail_locked.fatal IS NULL THEN 'fatal'
+                  WHEN fail_locked.retry_in < interval '0' THEN 'retry_in'
+                  WHEN pg_catalog.length(fail_locked.worker) > 200 THEN 'worker' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('fail_locked', v_bad, pg_catalog.jsonb_build_object(
+            'id', fail_locked.id::text, 'fatal', fail_locked.fatal::text,
+            'retry_in', fail_locked.retry_in::text, 'worker', fail_locked.worker));
     END IF;
+    -- </arguments>
     -- Held by this transaction now, as it took it: as finish_locked (docs/decisions.md, the fence).
     SELECT k.key INTO v_key FROM queue.fence_key k;
     SELECT t.* INTO v_task

@@ -27,18 +27,15 @@ DECLARE
     v_key   text;
     v_id    bigint;
     v_count integer := 0;
+    v_bad text;  -- the first bad argument's name
 BEGIN
-    IF fire_schedules.now IS NULL THEN
-        RAISE EXCEPTION 'now must not be NULL'
-            USING ERRCODE = '22004', DETAIL = 'fire_schedules was called with now NULL.',
-                  HINT = 'Leave it out to use now().';
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN fire_schedules.now IS NULL OR NOT pg_catalog.isfinite(fire_schedules.now) THEN 'now' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('fire_schedules', v_bad, pg_catalog.jsonb_build_object(
+            'now', fire_schedules.now::text));
     END IF;
-    IF NOT pg_catalog.isfinite(fire_schedules.now) THEN
-        RAISE EXCEPTION 'now must be finite'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('now is %s.', fire_schedules.now),
-                  HINT = 'Leave it out to use now().';
-    END IF;
+    -- </arguments>
 
     FOR v_s IN
         SELECT s.*

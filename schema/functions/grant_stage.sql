@@ -20,20 +20,18 @@ CREATE OR REPLACE FUNCTION queue.grant_stage(
 AS $$
 DECLARE
     v_row queue.stage_settings;
+    v_bad text;  -- the first bad argument's name
 BEGIN
-    PERFORM queue._check_stage(grant_stage.stage);
-    IF grant_stage.role IS NULL THEN
-        RAISE EXCEPTION 'role must not be NULL'
-            USING ERRCODE = '22004',
-                  DETAIL = pg_catalog.format('Granting on stage %s.', pg_catalog.quote_literal(grant_stage.stage)),
-                  HINT = 'Name the role (usually a tenant''s group role) whose members may use the stage.';
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN grant_stage.stage IS NULL OR grant_stage.stage IN ('', '*') OR pg_catalog.octet_length(grant_stage.stage) > 54 THEN 'stage'
+                  WHEN grant_stage.role IS NULL THEN 'role'
+                  WHEN grant_stage.enqueue IS NULL OR grant_stage.take IS NULL THEN 'enqueue, take' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('grant_stage', v_bad, pg_catalog.jsonb_build_object(
+            'stage', grant_stage.stage, 'role', grant_stage.role::text, 'enqueue', grant_stage.enqueue::text,
+            'take', grant_stage.take::text));
     END IF;
-    IF grant_stage.enqueue IS NULL OR grant_stage.take IS NULL THEN
-        RAISE EXCEPTION 'enqueue and take must not be NULL'
-            USING ERRCODE = '22004',
-                  DETAIL = pg_catalog.format('enqueue is %s, take is %s.', coalesce(grant_stage.enqueue::text, 'NULL'), coalesce(grant_stage.take::text, 'NULL')),
-                  HINT = 'Pass true or false for each right; revoke_stage removes a role from the stage.';
-    END IF;
+    -- </arguments>
 
     v_row := queue._settings(grant_stage.stage);
     v_row.stage      := grant_stage.stage;

@@ -22,19 +22,21 @@ AS $$
 DECLARE
     v_expires timestamptz;
     v_until   timestamptz;
+    v_bad   text;    -- the first bad argument's name
 BEGIN
-    IF heartbeat.id IS NULL OR heartbeat.lease IS NULL THEN
-        PERFORM queue._raise_bad_argument('heartbeat', 'id, lease', heartbeat.id::text, heartbeat.lease::text);
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN heartbeat.id IS NULL OR heartbeat.lease IS NULL THEN 'id, lease'
+                  WHEN heartbeat.lease_for <= interval '0' THEN 'lease_for'
+                  WHEN pg_catalog.jsonb_typeof(heartbeat.progress) NOT IN ('object', 'array')
+                       OR pg_catalog.pg_column_size(heartbeat.progress) > 1048576
+                       OR pg_catalog.pg_column_compression(heartbeat.progress) IS NOT NULL
+                  THEN 'progress' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('heartbeat', v_bad, pg_catalog.jsonb_build_object(
+            'id', heartbeat.id::text, 'lease', heartbeat.lease::text, 'lease_for', heartbeat.lease_for::text,
+            'progress', heartbeat.progress::text));
     END IF;
-    IF heartbeat.lease_for <= interval '0' THEN
-        RAISE EXCEPTION 'lease_for must be positive'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('lease_for is %s.', heartbeat.lease_for),
-                  HINT = 'Give the time the worker still needs, or NULL for the stage''s lease_duration.';
-    END IF;
-    IF heartbeat.progress IS NOT NULL THEN
-        PERFORM queue._check_payload(heartbeat.progress, 'progress');
-    END IF;
+    -- </arguments>
 
     -- The worker's own figure is its estimate of the time it still needs; without one, the
     -- stage's lease_duration never shortens a longer lease the take asked for.

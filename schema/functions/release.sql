@@ -26,12 +26,16 @@ DECLARE
     v_due   boolean;
     -- A variable, not now() in the statement: Citus refuses non-IMMUTABLE calls in COALESCE and RETURNING.
     v_now   timestamptz := pg_catalog.now();
+    v_bad   text;    -- the first bad argument's name
 BEGIN
-    IF release.id IS NULL OR release.lease IS NULL THEN
-        PERFORM queue._raise_bad_argument('release', 'id, lease', release.id::text, release.lease::text);
-    ELSIF release.retry_in < interval '0' THEN
-        PERFORM queue._raise_bad_argument('release', 'retry_in', release.retry_in::text);
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN release.id IS NULL OR release.lease IS NULL THEN 'id, lease'
+                  WHEN release.retry_in < interval '0' THEN 'retry_in' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('release', v_bad, pg_catalog.jsonb_build_object(
+            'id', release.id::text, 'lease', release.lease::text, 'retry_in', release.retry_in::text));
     END IF;
+    -- </arguments>
 
     UPDATE queue.live_tasks t
        SET status = CASE WHEN t.error_text IS NULL OR t.rerun THEN 'ready'::queue.task_status_live

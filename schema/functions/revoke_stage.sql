@@ -15,14 +15,16 @@ CREATE OR REPLACE FUNCTION queue.revoke_stage(
 AS $$
 DECLARE
     v_found boolean;
+    v_bad text;  -- the first bad argument's name
 BEGIN
-    PERFORM queue._check_stage(revoke_stage.stage);
-    IF revoke_stage.role IS NULL THEN
-        RAISE EXCEPTION 'role must not be NULL'
-            USING ERRCODE = '22004',
-                  DETAIL = pg_catalog.format('Revoking on stage %s.', pg_catalog.quote_literal(revoke_stage.stage)),
-                  HINT = 'Name the role to remove from the stage; queue.stage_access lists them.';
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN revoke_stage.stage IS NULL OR revoke_stage.stage IN ('', '*') OR pg_catalog.octet_length(revoke_stage.stage) > 54 THEN 'stage'
+                  WHEN revoke_stage.role IS NULL THEN 'role' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('revoke_stage', v_bad, pg_catalog.jsonb_build_object(
+            'stage', revoke_stage.stage, 'role', revoke_stage.role::text));
     END IF;
+    -- </arguments>
     PERFORM 1 FROM queue.stage_settings s WHERE s.stage = revoke_stage.stage FOR UPDATE;
 
     DELETE FROM queue.stage_access a

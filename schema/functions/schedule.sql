@@ -32,59 +32,29 @@ DECLARE
     v_now  timestamptz := pg_catalog.now();
     v_old  queue.schedules;
     v_next timestamptz;
+    v_bad text;  -- the first bad argument's name
 BEGIN
-    IF schedule.name IS NULL THEN
-        RAISE EXCEPTION 'name must not be NULL'
-            USING ERRCODE = '22004', DETAIL = 'schedule was called with name NULL.',
-                  HINT = 'Name the schedule, e.g. ''nightly-report''.';
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN schedule.name IS NULL OR schedule.name = '' OR pg_catalog.length(schedule.name) > 200 THEN 'name'
+                  WHEN pg_catalog.length(schedule.cron) > 1000 THEN 'cron'
+                  WHEN schedule.stage IS NULL OR schedule.stage IN ('', '*') OR pg_catalog.octet_length(schedule.stage) > 54 THEN 'stage'
+                  WHEN schedule.payload IS NULL OR pg_catalog.jsonb_typeof(schedule.payload) NOT IN ('object', 'array')
+                       OR pg_catalog.pg_column_size(schedule.payload) > 1048576 THEN 'payload'
+                  WHEN schedule.priority IS NULL THEN 'priority'
+                  WHEN schedule.overlap IS NULL THEN 'overlap'
+                  WHEN schedule.timezone IS NOT NULL
+                       AND (schedule.timezone = '' OR pg_catalog.length(schedule.timezone) > 100
+                            OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names z
+                                            WHERE pg_catalog.lower(z.name) = pg_catalog.lower(schedule.timezone))) THEN 'timezone'
+                  -- last: measured uncompressed there, it may turn out to fit
+                  WHEN pg_catalog.pg_column_compression(schedule.payload) IS NOT NULL THEN 'payload' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('schedule', v_bad, pg_catalog.jsonb_build_object(
+            'name', schedule.name, 'cron', schedule.cron, 'stage', schedule.stage,
+            'payload', schedule.payload::text, 'priority', schedule.priority::text,
+            'overlap', schedule.overlap::text, 'timezone', schedule.timezone));
     END IF;
-    IF schedule.name = '' OR pg_catalog.length(schedule.name) > 200 THEN
-        RAISE EXCEPTION 'invalid schedule name'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('The name has %s characters.', pg_catalog.length(schedule.name)),
-                  HINT = 'A schedule name is 1 to 200 characters.';
-    END IF;
-    IF pg_catalog.length(schedule.cron) > 1000 THEN
-        RAISE EXCEPTION 'invalid cron expression'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('The expression has %s characters.', pg_catalog.length(schedule.cron)),
-                  HINT = 'A cron expression is at most 1000 characters.';
-    END IF;
-    PERFORM queue._check_stage(schedule.stage);
-    PERFORM queue._check_payload(schedule.payload);
-    IF schedule.priority IS NULL THEN
-        RAISE EXCEPTION 'priority must not be NULL'
-            USING ERRCODE = '22004',
-                  DETAIL = pg_catalog.format('schedule was called with priority NULL for schedule %s.', pg_catalog.quote_literal(schedule.name)),
-                  HINT = 'Lower runs first; the default is 0.';
-    END IF;
-    IF schedule.overlap IS NULL THEN
-        RAISE EXCEPTION 'overlap must not be NULL'
-            USING ERRCODE = '22004',
-                  DETAIL = pg_catalog.format('schedule was called with overlap NULL for schedule %s.', pg_catalog.quote_literal(schedule.name)),
-                  HINT = 'true fires every tick (the default); false skips a tick while the previous task is live.';
-    END IF;
-    IF schedule.timezone = '' THEN
-        RAISE EXCEPTION 'unknown time zone'
-            USING ERRCODE = '22023',
-                  DETAIL = 'timezone is empty.',
-                  HINT = 'Use a name from pg_timezone_names, such as ''UTC'' or ''Europe/Berlin''.';
-    END IF;
-    -- Names only: PostgreSQL also takes POSIX strings, where '+02:00' means two hours WEST of
-    -- Greenwich, the opposite of what a schedule's author means, and 'XYZ+1' is a zone of its own.
-    -- No zone's name is longer than 100 characters: a longer text is refused before the scan
-    -- (which would lower-case it once for each of the catalog's ~1,200 names).
-    IF schedule.timezone IS NOT NULL AND (pg_catalog.length(schedule.timezone) > 100 OR NOT EXISTS (
-           SELECT 1 FROM pg_catalog.pg_timezone_names z
-            WHERE pg_catalog.lower(z.name) = pg_catalog.lower(schedule.timezone))) THEN
-        RAISE EXCEPTION 'unknown time zone'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('timezone is %s, which is not the name of a time zone.',
-                                             CASE WHEN pg_catalog.length(schedule.timezone) <= 80 THEN pg_catalog.quote_literal(schedule.timezone)
-                                                  ELSE pg_catalog.format('%s... (%s characters)', pg_catalog.quote_literal(pg_catalog.left(schedule.timezone, 80)),
-                                                                         pg_catalog.length(schedule.timezone)) END),
-                  HINT = 'Use a name from pg_timezone_names, such as ''UTC'' or ''Europe/Berlin''; for a fixed offset, ''Etc/GMT-2'' is UTC+2 (POSIX signs are reversed).';
-    END IF;
+    -- </arguments>
 
     SELECT s.* INTO v_old
       FROM queue.schedules s

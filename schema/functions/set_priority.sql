@@ -10,20 +10,17 @@ CREATE OR REPLACE FUNCTION queue.set_priority(id bigint, priority integer, stage
     SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_bad text;  -- the first bad argument's name
 BEGIN
-    IF set_priority.id IS NULL THEN
-        RAISE EXCEPTION 'id must not be NULL'
-            USING ERRCODE = '22004',
-                  DETAIL = pg_catalog.format('set_priority was called with id NULL and priority %s.',
-                                             coalesce(set_priority.priority::text, 'NULL')),
-                  HINT = 'Pass the id of a task, e.g. from queue.tasks.';
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN set_priority.id IS NULL THEN 'id'
+                  WHEN set_priority.priority IS NULL THEN 'priority' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('set_priority', v_bad, pg_catalog.jsonb_build_object(
+            'id', set_priority.id::text, 'priority', set_priority.priority::text));
     END IF;
-    IF set_priority.priority IS NULL THEN
-        RAISE EXCEPTION 'priority must not be NULL'
-            USING ERRCODE = '22004',
-                  DETAIL = pg_catalog.format('set_priority was called with id %s and priority NULL.', set_priority.id),
-                  HINT = 'Lower runs first; the default is 0.';
-    END IF;
+    -- </arguments>
     UPDATE queue.live_tasks t
        SET priority = set_priority.priority
      WHERE t.id = set_priority.id AND (set_priority.stage IS NULL OR t.stage = set_priority.stage);

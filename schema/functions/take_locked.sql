@@ -36,13 +36,16 @@ DECLARE
     v_held          text := NULLIF(pg_catalog.current_setting('skiplock.held', true), '');
     v_held_ids      bigint[];
     v_key           text;           -- queue.fence_key's, which signs the entries
+    v_bad           text;  -- the first bad argument's name
 BEGIN
     -- <take checks> (take_locked and consume: the same text, tests/py/test_one_way.py)
-    IF take_locked.stage IS NULL OR take_locked.stage IN ('', '*') OR pg_catalog.octet_length(take_locked.stage) > 54 THEN
-        PERFORM queue._check_stage(take_locked.stage);
-    END IF;
-    IF take_locked.batch IS NULL OR take_locked.batch < 1 OR take_locked.batch > 10000 THEN
-        PERFORM queue._raise_bad_argument('take_locked', 'batch', take_locked.batch::text);
+    IF take_locked.stage IS NULL OR take_locked.stage IN ('', '*') OR pg_catalog.octet_length(take_locked.stage) > 54
+       OR take_locked.batch IS NULL OR take_locked.batch < 1 OR take_locked.batch > 10000 THEN
+        v_bad := CASE WHEN take_locked.stage IS NULL OR take_locked.stage IN ('', '*') OR pg_catalog.octet_length(take_locked.stage) > 54
+                      THEN 'stage'
+                      WHEN take_locked.batch IS NULL OR take_locked.batch < 1 OR take_locked.batch > 10000 THEN 'batch' END;
+        PERFORM queue._raise_bad_argument('take_locked', v_bad, pg_catalog.jsonb_build_object(
+            'stage', take_locked.stage, 'batch', take_locked.batch::text));
     END IF;
     -- <settings> (the stage's row, else the defaults '*': the same text in _settings and its inline copies)
     v_settings := coalesce((SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) take_locked.stage),
@@ -52,7 +55,7 @@ BEGIN
         PERFORM queue._check_access(take_locked.stage, 'take');
     END IF;
     IF v_settings.max_running IS NOT NULL OR v_settings.group_limit IS NOT NULL OR v_settings.rate_limit IS NOT NULL THEN
-        PERFORM queue._raise_bad_argument('take_locked', 'limits', take_locked.stage);
+        PERFORM queue._raise_bad_argument('take_locked', 'limits', pg_catalog.jsonb_build_object('stage', take_locked.stage));
     END IF;
     IF v_settings.paused THEN
         RETURN;
@@ -63,8 +66,7 @@ BEGIN
     -- a claim does not walk the index entries of the tasks finished since, which stay until
     -- vacuum removes them (and all of them while an old snapshot holds it back). The same logic
     -- as take_next's, inline: a helper function's call costs more than the copy.
-    -- Split, not regexp_match; the pattern and left() only guard the casts (see take_next).
-    -- <claim position> (take_next and take_locked: the same text, tests/py/test_one_way.py)
+    -- <claim position> (queue._claim_position's, the definition, inline: tests/py/test_one_way.py)
     v_setting := pg_catalog.current_setting('skiplock.claim_hint', true);
     IF v_setting ~ '^-?[0-9]+/-?[0-9]+/[0-9]+/-?[0-9]+/' THEN
         v_hint          := pg_catalog.string_to_array(v_setting, '/');
@@ -133,7 +135,7 @@ BEGIN
                  LIMIT take_locked.batch
                    FOR UPDATE SKIP LOCKED) c
          WHERE
-              -- <claim hint> (the same text in take_next and take_locked)
+              -- <claim hint> (queue._claim_hint's, the definition, inline: tests/py/test_one_way.py)
               pg_catalog.set_config('skiplock.claim_hint',
                   CASE WHEN pg_catalog.isfinite(c.run_at)
                        THEN pg_catalog.concat_ws('/', c.priority, (EXTRACT(epoch FROM c.run_at) * 1000000)::bigint,

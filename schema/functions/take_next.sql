@@ -41,23 +41,24 @@ DECLARE
     v_full          boolean := false;
     -- One random value per call, a distinct lease per task from it: Citus refuses VOLATILE calls in an UPDATE.
     v_lease_seed    text := pg_catalog.gen_random_uuid()::text;
+    v_bad           text;  -- the first bad argument's name
 BEGIN
-    -- The checker runs only to raise: calling a function that pins search_path costs more than the test.
-    IF take_next.stage IS NULL OR take_next.stage IN ('', '*') OR pg_catalog.octet_length(take_next.stage) > 54 THEN
-        PERFORM queue._check_stage(take_next.stage);
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    -- The hot path evaluates only the guard, the CASE's tests joined by OR (a text CASE costs
+    -- more a call: docs/decisions.md); tests/py/test_one_way.py keeps the two the same.
+    IF take_next.stage IS NULL OR take_next.stage IN ('', '*') OR pg_catalog.octet_length(take_next.stage) > 54
+       OR take_next.batch IS NULL OR take_next.batch < 1 OR take_next.batch > 10000
+       OR v_lease <= interval '0' OR pg_catalog.length(take_next.worker) > 200 THEN
+        v_bad := CASE WHEN take_next.stage IS NULL OR take_next.stage IN ('', '*') OR pg_catalog.octet_length(take_next.stage) > 54
+                      THEN 'stage'
+                      WHEN take_next.batch IS NULL OR take_next.batch < 1 OR take_next.batch > 10000 THEN 'batch'
+                      WHEN v_lease <= interval '0' THEN 'lease_for'
+                      WHEN pg_catalog.length(take_next.worker) > 200 THEN 'worker' END;
+        PERFORM queue._raise_bad_argument('take_next', v_bad, pg_catalog.jsonb_build_object(
+            'stage', take_next.stage, 'batch', take_next.batch::text, 'lease_for', v_lease::text,
+            'worker', take_next.worker));
     END IF;
-    IF take_next.batch IS NULL OR take_next.batch < 1 OR take_next.batch > 10000 THEN
-        PERFORM queue._raise_bad_argument('take_next', 'batch', take_next.batch::text);
-    END IF;
-    IF v_lease <= interval '0' THEN
-        RAISE EXCEPTION 'lease_for must be positive'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('lease_for is %s.', v_lease),
-                  HINT = 'Give the time a worker needs for one task, e.g. interval ''5 minutes''.';
-    END IF;
-    IF pg_catalog.length(take_next.worker) > 200 THEN
-        PERFORM queue._raise_bad_argument('take_next', 'worker', take_next.worker);
-    END IF;
+    -- </arguments>
     -- <settings> (the stage's row, else the defaults '*': the same text in _settings and its inline copies)
     v_settings := coalesce((SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) take_next.stage),
                            (SELECT s FROM queue.stage_settings s WHERE s.stage OPERATOR(pg_catalog.=) '*'));
@@ -116,9 +117,7 @@ BEGIN
     -- there, unless a task of a lower priority number is due, nothing is due past that point,
     -- or the last scan from the beginning is 5 s old (for tasks that land behind it: a release,
     -- a long producer transaction's commit).
-    -- Split, not regexp_match, whose capture groups are costly on the hot path. The pattern and
-    -- left() only guard the casts: a value set by hand is ignored, not an error.
-    -- <claim position> (take_next and take_locked: the same text, tests/py/test_one_way.py)
+    -- <claim position> (queue._claim_position's, the definition, inline: tests/py/test_one_way.py)
     v_setting := pg_catalog.current_setting('skiplock.claim_hint', true);
     IF v_setting ~ '^-?[0-9]+/-?[0-9]+/[0-9]+/-?[0-9]+/' THEN
         v_hint          := pg_catalog.string_to_array(v_setting, '/');
@@ -188,7 +187,7 @@ BEGIN
         ), hint AS (
             -- The next claim of this session starts at the last task of this one.
             SELECT
-              -- <claim hint> (the same text in take_next and take_locked)
+              -- <claim hint> (queue._claim_hint's, the definition, inline: tests/py/test_one_way.py)
               pg_catalog.set_config('skiplock.claim_hint',
                   CASE WHEN pg_catalog.isfinite(c.run_at)
                        THEN pg_catalog.concat_ws('/', c.priority, (EXTRACT(epoch FROM c.run_at) * 1000000)::bigint,

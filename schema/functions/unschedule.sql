@@ -9,12 +9,16 @@ CREATE OR REPLACE FUNCTION queue.unschedule(name text)
     SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_bad text;  -- the first bad argument's name
 BEGIN
-    IF unschedule.name IS NULL THEN
-        RAISE EXCEPTION 'name must not be NULL'
-            USING ERRCODE = '22004', DETAIL = 'unschedule was called with name NULL.',
-                  HINT = 'Give the name the schedule was created with.';
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN unschedule.name IS NULL THEN 'name' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('unschedule', v_bad, pg_catalog.jsonb_build_object(
+            'name', unschedule.name));
     END IF;
+    -- </arguments>
     DELETE FROM queue.schedules s WHERE s.name = unschedule.name;
     RETURN FOUND;
 END

@@ -1,4 +1,5 @@
-"""One way to do each thing in schema/: the blocks take_next and take_locked share, and those take_locked
+"""One way to do each thing in schema/: the blocks take_next and take_locked share (the claim position's
+equal to its definition, queue._claim_position and queue._claim_hint), and those take_locked
 and consume share, stay the same text (a call to a shared helper costs more than the copy on the hot
 path: docs/decisions.md), the move to
 history is written only in queue._history_row, and stage settings are read only by queue._settings's
@@ -25,6 +26,13 @@ def _block(function: str, name: str) -> str:
 @pytest.mark.parametrize("name", SHARED)
 def test_take_next_and_take_locked_share_the_block(name: str) -> None:
     assert _block("take_next", name) == _block("take_locked", name)
+
+
+@pytest.mark.parametrize(("name", "definition"), (("claim position", "_claim_position"), ("claim hint", "_claim_hint")))
+def test_the_claim_position_inline_is_its_definition(name: str, definition: str) -> None:
+    """The text of skiplock.claim_hint is defined once, by queue._claim_position and
+    queue._claim_hint: take_next and take_locked carry their blocks inline (a call costs more)."""
+    assert _block("take_next", name) == _block(definition, name)
 
 
 @pytest.mark.parametrize("function", ("consume", "drain"))
@@ -86,3 +94,28 @@ def test_the_runs_counted_without_history_have_one_key() -> None:
         text = p.read_text()
         assert "queue._count_minute()" in text or minute.group(1) in text, p.name
         assert "pg_catalog.pg_backend_pid()" in text, p.name
+
+
+def _normal(sql: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"--[^\n]*", "", sql)).strip()
+
+
+GUARDED = sorted((p.stem, m.group(1)) for p in FUNCTIONS.glob("*.sql")
+                 for m in re.finditer(r"-- <(arguments|take checks)>[^\n]*\n(?:\s*--[^\n]*\n)*    IF [^\n]*\n(?:[^\n]*\n)*?\s*v_bad := CASE",
+                                      p.read_text()))
+
+
+def test_the_hot_functions_guard_their_argument_case() -> None:
+    assert {"enqueue", "finish", "finish_locked", "take_next", "take_locked", "consume", "drain"} <= {f for f, _ in GUARDED}
+
+
+@pytest.mark.parametrize(("function", "block"), GUARDED)
+def test_the_argument_guard_is_its_case_joined(function: str, block: str) -> None:
+    """A hot function's argument block may put before its CASE the same tests joined by OR (a text
+    CASE costs more a call than a boolean OR: docs/decisions.md); the two say the same."""
+    text = _block(function, block)
+    guard = re.search(r"^    IF (.*?) THEN\n", text, re.S | re.M)
+    case = re.search(r"v_bad := CASE (.*?) END;", text, re.S)
+    assert guard and case, f"{function}: no guard IF or no v_bad CASE in <{block}>"
+    tests = [_normal(t) for t in re.findall(r"WHEN (.*?)\s+THEN '[^']*'", case.group(1), re.S)]
+    assert _normal(guard.group(1)) == " OR ".join(tests)

@@ -12,10 +12,10 @@
 -- E'…' strings and $tag$ quoting inside a body (no function uses either; the self-checks below
 -- show what is).
 BEGIN;
-SELECT plan(13);
+SELECT plan(16);
 
 CREATE FUNCTION pg_temp.raises(src text)
-    RETURNS TABLE (message text, has_detail boolean, has_hint boolean)
+    RETURNS TABLE (message text, has_detail boolean, has_hint boolean, errcode text)
     LANGUAGE plpgsql IMMUTABLE AS $f$
 DECLARE
     v_lits  text[] := '{}';
@@ -47,6 +47,8 @@ BEGIN
         message := coalesce(v_lits[(regexp_match(v_body, '''([0-9]+)'''))[1]::integer], v_body);
         has_detail := v_body ~* '\mUSING\M.*\mDETAIL ?=';
         has_hint   := v_body ~* '\mUSING\M.*\mHINT ?=';
+        -- the SQLSTATE when written as a literal (ERRCODE = '22023'), else NULL
+        errcode    := pg_catalog.btrim(v_lits[(regexp_match(v_body, '\mERRCODE ?= ?''([0-9]+)''', 'i'))[1]::integer], '''');
         RETURN NEXT;
     END LOOP;
 END
@@ -161,13 +163,50 @@ SELECT results_eq(
 );
 SELECT is(
     (SELECT count(*)::integer FROM queue_raises WHERE function = 'queue.heartbeat(bigint,uuid,interval,text,jsonb)'),
-    2,
-    'heartbeat has its two RAISE EXCEPTION statements read (its NULL check raises through _raise_bad_argument)'
+    1,
+    'heartbeat has its one RAISE EXCEPTION statement read (its argument errors raise through _raise_bad_argument)'
 );
 SELECT ok(
-    (SELECT bool_and(has_detail AND has_hint) AND count(*) = 7
-       FROM queue_raises WHERE function = 'queue._raise_bad_argument(text,text,text,text)'),
-    'the seven shared argument errors of _raise_bad_argument are read and have DETAIL and HINT'
+    (SELECT bool_and(has_detail AND has_hint) AND count(*) >= 40
+       FROM queue_raises WHERE function = 'queue._raise_bad_argument(text,text,jsonb)'),
+    'the argument errors of _raise_bad_argument are read and have DETAIL and HINT'
+);
+
+-- One way to check an argument (docs/decisions.md): a function names its first bad argument in
+-- one guard and calls queue._raise_bad_argument, which raises; no function raises an argument
+-- error (22004, 22023, 54000) itself. Besides _raise_bad_argument, only the checkers it calls
+-- for a value that needs more than an expression (a stage name, a stages array, a JSON value),
+-- the cron parser (_cron_parse and _cron_next find the error while parsing) and run_sql_tasks
+-- (a procedure that runs as its caller, who may not call the internal _raise_bad_argument).
+SELECT is_empty(
+    $$SELECT function, message FROM queue_raises
+       WHERE errcode IN ('22004', '22023', '54000')
+         AND function NOT IN ('queue._raise_bad_argument(text,text,jsonb)', 'queue._check_stage(text,text)',
+                              'queue._check_stages(text[])', 'queue._check_payload(jsonb,text)',
+                              'queue._cron_parse(text)', 'queue._cron_next(text,timestamp with time zone,text)',
+                              'queue.run_sql_tasks(text,integer,text,integer)')
+       ORDER BY 1, 2$$,
+    'no queue function raises an argument error (22004, 22023, 54000) itself but _raise_bad_argument and its checkers (listed: function and message of each that does)'
+);
+SELECT is_empty(
+    $$SELECT p.oid::regprocedure::text
+        FROM pg_catalog.pg_proc p
+       WHERE p.pronamespace = 'queue'::regnamespace
+         AND p.prosrc ~ 'queue\._check_(stage|stages|payload)\('
+         AND p.oid NOT IN ('queue._raise_bad_argument(text,text,jsonb)'::regprocedure, 'queue._check_stages(text[])'::regprocedure)
+       ORDER BY 1$$,
+    'only _raise_bad_argument calls the checkers _check_stage, _check_stages and _check_payload: every other function tests its arguments in its guard (listed: those that call one)'
+);
+SELECT results_eq(
+    $$SELECT message, errcode FROM pg_temp.raises($s$
+        IF x IS NULL THEN
+            RAISE EXCEPTION 'x must not be NULL' USING ERRCODE = '22004', DETAIL = 'd', HINT = 'h';
+        END IF;
+        RAISE EXCEPTION 'e' USING DETAIL = 'ERRCODE = ''22023''', errcode='54000', HINT = 'h';
+        RAISE EXCEPTION 'f' USING ERRCODE = CASE WHEN x IS NULL THEN '22004' ELSE '22023' END, DETAIL = 'd', HINT = 'h';
+    $s$)$$,
+    $$VALUES ('''x must not be NULL''', '22004'), ('''e''', '54000'), ('''f''', NULL)$$,
+    'the SQLSTATE of a RAISE is read from its ERRCODE literal (not from a DETAIL that quotes one)'
 );
 
 SELECT * FROM finish();

@@ -5,7 +5,7 @@
 -- is 5 s old; a hint that is garbage or names another stage is ignored. now() is fixed for the
 -- transaction, so "5 s old" is written into the hint by hand.
 BEGIN;
-SELECT plan(22);
+SELECT plan(26);
 
 CREATE TEMP TABLE took (seq serial PRIMARY KEY, id bigint, lease uuid, g integer);
 CREATE FUNCTION pg_temp.take(stage text) RETURNS integer LANGUAGE sql AS $$
@@ -83,6 +83,19 @@ SELECT is(pg_temp.take('a/b'), 20, 'a stage named a/b: task 20');
 SELECT is(pg_temp.take('a/b'), 21, 'task 21');
 SELECT queue.release(t.id, t.lease) FROM took t WHERE t.g = 20;
 SELECT is(pg_temp.take('a/b'), 22, 'its hint is used: the take goes on past the released task 20');
+
+-- The definition: queue._claim_position reads what the take wrote, queue._claim_hint writes it.
+SELECT is((SELECT p.id FROM queue._claim_position('a/b') p), (SELECT t.id FROM took t WHERE t.g = 22),
+          '_claim_position reads the position the last take left in its stage: after task 22');
+SELECT ok((SELECT p IS NULL FROM queue._claim_position('a') p),
+          'for another stage (a prefix of the one in the hint) it reads no position');
+SELECT queue._claim_hint(t, ((pg_catalog.date_part('epoch', now()) + 5) * 1000000)::bigint::text, 'a/b')
+  FROM queue.live_tasks t, took k WHERE k.g = 21 AND t.id = k.id;
+SELECT ok((SELECT (p.priority, p.run_at, p.id) = (t.priority, t.run_at, t.id)
+                FROM queue._claim_position('a/b') p, queue.live_tasks t, took k WHERE k.g = 21 AND t.id = k.id),
+          '_claim_hint writes the position of a task, which _claim_position reads back');
+SELECT pg_catalog.set_config('skiplock.claim_hint', '99999999999/1/1/99999999999999999/a/b', false);
+SELECT ok((SELECT p IS NULL FROM queue._claim_position('a/b') p), 'a hint set by hand that does not read back whole is none');
 
 SELECT * FROM finish();
 ROLLBACK;

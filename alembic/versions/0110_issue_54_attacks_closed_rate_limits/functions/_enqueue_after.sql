@@ -31,31 +31,19 @@ DECLARE
     v_id      bigint;
     v_task    queue.live_tasks;
     v_history text := (queue._settings(_enqueue_after.stage)).history;  -- stamped as enqueue stamps it
+    v_bad     text;  -- the first bad argument's name
 BEGIN
-    IF pg_catalog.array_position(_enqueue_after.after, NULL) IS NOT NULL THEN
-        RAISE EXCEPTION 'after must not contain NULL'
-            USING ERRCODE = '22004', DETAIL = 'enqueue was called with a NULL id in after.',
-                  HINT = 'Pass the ids of the tasks to wait for, e.g. as enqueue returned them.';
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN pg_catalog.array_position(_enqueue_after.after, NULL) IS NOT NULL
+                       OR pg_catalog.cardinality(_enqueue_after.after) NOT BETWEEN 1 AND 1000 THEN 'after'
+                  WHEN _enqueue_after.after_failed IS NULL OR _enqueue_after.after_failed NOT IN ('cancel', 'run') THEN 'after_failed'
+                  WHEN _enqueue_after.repeat IS NOT NULL OR _enqueue_after.mode = 'rerun' THEN 'repeat, mode' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('enqueue', v_bad, pg_catalog.jsonb_build_object(
+            'after', _enqueue_after.after::text, 'after_failed', _enqueue_after.after_failed::text,
+            'repeat', _enqueue_after.repeat::text, 'mode', _enqueue_after.mode));
     END IF;
-    IF pg_catalog.cardinality(_enqueue_after.after) NOT BETWEEN 1 AND 1000 THEN
-        RAISE EXCEPTION 'after out of range'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('after holds %s ids.', pg_catalog.cardinality(_enqueue_after.after)),
-                  HINT = 'A task waits for 1 to 1000 tasks (NULL: for none). For more, wait for a task that waits for part of them.';
-    END IF;
-    IF _enqueue_after.after_failed IS NULL OR _enqueue_after.after_failed NOT IN ('cancel', 'run') THEN
-        RAISE EXCEPTION 'unknown after_failed'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('after_failed is %s.', coalesce(pg_catalog.quote_literal(pg_catalog.left(_enqueue_after.after_failed, 80)), 'NULL')),
-                  HINT = 'Use ''cancel'' (cancel this task when one it waits for ends fatal or cancelled) or ''run'' (run it once they all ended).';
-    END IF;
-    IF _enqueue_after.repeat IS NOT NULL OR _enqueue_after.mode = 'rerun' THEN
-        RAISE EXCEPTION 'a task that waits cannot repeat or be re-run'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('enqueue was called with after and %s.',
-                                             CASE WHEN _enqueue_after.repeat IS NOT NULL THEN 'repeat' ELSE 'mode ''rerun''' END),
-                  HINT = 'Leave repeat NULL and mode ''ignore''; to change a waiting task, cancel it and enqueue it again.';
-    END IF;
+    -- </arguments>
     IF EXISTS (SELECT FROM pg_catalog.pg_extension e WHERE e.extname = 'citus') THEN
         RAISE EXCEPTION 'after is not supported on Citus'
             USING ERRCODE = '0A000',

@@ -9,13 +9,13 @@ CREATE OR REPLACE FUNCTION queue._sample_percent(caller text, sample_pages integ
     STABLE
     SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_bad text;  -- the first bad argument's name
 BEGIN
-    IF _sample_percent.sample_pages IS NULL OR _sample_percent.sample_pages < 1 THEN
-        RAISE EXCEPTION 'sample_pages must be 1 or more'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('%s was called with sample_pages %s.', _sample_percent.caller,
-                                             coalesce(_sample_percent.sample_pages::text, 'NULL')),
-                  HINT = 'Leave it out for the default of 500 pages.';
+    v_bad := CASE WHEN _sample_percent.sample_pages IS NULL OR _sample_percent.sample_pages < 1 THEN 'sample_pages' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument(_sample_percent.caller, v_bad,
+                                          pg_catalog.jsonb_build_object('sample_pages', _sample_percent.sample_pages::text));
     END IF;
     RETURN LEAST(100, 100 * _sample_percent.sample_pages::double precision
                       / GREATEST(pg_catalog.pg_relation_size('queue.live_tasks'::regclass)

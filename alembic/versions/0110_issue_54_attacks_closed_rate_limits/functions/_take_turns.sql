@@ -35,12 +35,19 @@ DECLARE
     v_round    integer := 0;                -- taken since the round began at v_first
     v_wrapped  boolean := false;            -- wrapped around since v_first
     v_skip     boolean;
+    v_bad      text;                        -- the first bad argument's name
 BEGIN
-    PERFORM queue._check_stages(_take_turns.stages);
-    IF _take_turns.batch IS NULL OR _take_turns.batch < 1 OR _take_turns.batch > 10000 THEN
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN _take_turns.stages IS NULL OR pg_catalog.cardinality(_take_turns.stages) NOT BETWEEN 1 AND 1000
+                       OR EXISTS (SELECT FROM pg_catalog.unnest(_take_turns.stages) AS e(e)
+                                   WHERE e.e IS NULL OR e.e IN ('', '*') OR pg_catalog.octet_length(e.e) > 54) THEN 'stages'
+                  WHEN _take_turns.batch IS NULL OR _take_turns.batch < 1 OR _take_turns.batch > 10000 THEN 'batch' END;
+    IF v_bad IS NOT NULL THEN
         PERFORM queue._raise_bad_argument(CASE _take_turns.kind WHEN 'next' THEN 'take_next' WHEN 'locked' THEN 'take_locked'
-                                          ELSE 'consume' END, 'batch', _take_turns.batch::text);
+                                          ELSE 'consume' END, v_bad,
+                                          pg_catalog.jsonb_build_object('stages', _take_turns.stages::text, 'batch', _take_turns.batch::text));
     END IF;
+    -- </arguments>
     IF EXISTS (SELECT FROM pg_catalog.pg_extension e WHERE e.extname = 'citus') THEN
         RAISE EXCEPTION 'multi-stage takes are not supported on Citus'
             USING ERRCODE = '0A000',

@@ -35,58 +35,34 @@ DECLARE
     v_payload jsonb;
     v_id      bigint;
     v_owner   regrole;
+    v_bad text;  -- the first bad argument's name
 BEGIN
-    IF enqueue_sql.request IS NULL OR pg_catalog.btrim(enqueue_sql.request, E' \t\r\n;') = '' THEN
-        RAISE EXCEPTION 'request must be an SQL statement'
-            USING ERRCODE = CASE WHEN enqueue_sql.request IS NULL THEN '22004' ELSE '22023' END,
-                  DETAIL = pg_catalog.format('request is %s.',
-                                             CASE WHEN enqueue_sql.request IS NULL THEN 'NULL'
-                                                  WHEN pg_catalog.length(enqueue_sql.request) <= 80 THEN pg_catalog.quote_literal(enqueue_sql.request)
-                                                  ELSE pg_catalog.format('%s blanks and semicolons', pg_catalog.length(enqueue_sql.request)) END),
-                  HINT = 'Pass one statement, e.g. ''SELECT now()''.';
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN enqueue_sql.request IS NULL OR pg_catalog.btrim(enqueue_sql.request, E' \t\r\n;') = ''
+                       OR pg_catalog.octet_length(enqueue_sql.request) > 1048576 THEN 'request'
+                  WHEN enqueue_sql.timeout <= interval '0' THEN 'timeout'
+                  WHEN enqueue_sql.max < 1 THEN 'max'
+                  WHEN enqueue_sql.keep_history IS NULL THEN 'keep_history'
+                  WHEN enqueue_sql.stage IS NULL OR enqueue_sql.stage IN ('', '*') OR pg_catalog.octet_length(enqueue_sql.stage) > 54 THEN 'stage' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('enqueue_sql', v_bad, pg_catalog.jsonb_build_object(
+            'request', enqueue_sql.request, 'timeout', enqueue_sql.timeout::text, 'max', enqueue_sql.max::text,
+            'keep_history', enqueue_sql.keep_history::text, 'stage', enqueue_sql.stage));
     END IF;
-    IF pg_catalog.octet_length(enqueue_sql.request) > 1048576 THEN
-        RAISE EXCEPTION 'request too large'
-            USING ERRCODE = '54000',
-                  DETAIL = pg_catalog.format('The request has %s bytes.', pg_catalog.octet_length(enqueue_sql.request)),
-                  HINT = 'A request is at most 1 MiB; call a function that holds the logic instead.';
-    END IF;
-    IF enqueue_sql.timeout <= interval '0' THEN
-        RAISE EXCEPTION 'timeout must be positive'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('timeout is %s.', enqueue_sql.timeout),
-                  HINT = 'Give the longest the statement may run, e.g. interval ''30 seconds'', or NULL for the stage''s lease_duration.';
-    END IF;
-    IF enqueue_sql.max IS NOT NULL AND enqueue_sql.max < 1 THEN
-        RAISE EXCEPTION 'max must be at least 1'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('max is %s.', enqueue_sql.max),
-                  HINT = 'Give how many tasks of the stage may run at once, or NULL to leave the stage''s cap as it is.';
-    END IF;
-    IF enqueue_sql.keep_history IS NULL THEN
-        RAISE EXCEPTION 'keep_history must not be NULL'
-            USING ERRCODE = '22004', DETAIL = 'enqueue_sql was called with keep_history NULL.',
-                  HINT = 'true keeps a history row of each successful run, false keeps none.';
-    END IF;
-    -- The nonce makes the payload one that no other call can build: a task that a concurrent
-    -- enqueue() put under the key is never taken for this call's own (see the adoption below).
+    -- </arguments>
     v_payload := pg_catalog.jsonb_build_object('sql', enqueue_sql.request,
                                                'timeout', enqueue_sql.timeout::text,
                                                'keep_history', enqueue_sql.keep_history,
                                                'nonce', pg_catalog.gen_random_uuid());
     -- The payload wraps the request in a few dozen bytes: a request just under 1 MiB must get
     -- this error, not enqueue's "payload too large".
-    IF pg_catalog.pg_column_size(v_payload) > 1048576 THEN
-        RAISE EXCEPTION 'request too large'
-            USING ERRCODE = '54000',
-                  DETAIL = pg_catalog.format('The request has %s bytes; stored with its options it takes %s, over 1048576.',
-                                             pg_catalog.octet_length(enqueue_sql.request), pg_catalog.pg_column_size(v_payload)),
-                  HINT = 'A request is at most 1 MiB with its options; call a function that holds the logic instead.';
+    IF pg_catalog.pg_column_size(v_payload) > 1048576 THEN  -- the request with its options, as stored
+        PERFORM queue._raise_bad_argument('enqueue_sql', 'request, options', pg_catalog.jsonb_build_object(
+            'request', enqueue_sql.request, 'stored', pg_catalog.pg_column_size(v_payload)::text));
     END IF;
 
     -- Access first: a caller with no right on a restricted stage learns nothing of its keys,
     -- and waits on none of its rows.
-    PERFORM queue._check_stage(enqueue_sql.stage);
     v_settings := queue._settings(enqueue_sql.stage);
     IF v_settings.restricted THEN
         PERFORM queue._check_access(enqueue_sql.stage, 'enqueue');

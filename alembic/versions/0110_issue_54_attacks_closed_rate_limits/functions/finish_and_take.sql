@@ -28,15 +28,17 @@ CREATE OR REPLACE FUNCTION queue.finish_and_take(
 AS $$
 DECLARE
     v_finished boolean;
+    v_bad   text;    -- the first bad argument's name
 BEGIN
-    IF (finish_and_take.finished_id IS NULL) <> (finish_and_take.finished_lease IS NULL) THEN
-        RAISE EXCEPTION 'finished_id and finished_lease must be given together'
-            USING ERRCODE = '22004',
-                  DETAIL = pg_catalog.format('finished_id is %s, finished_lease is %s.',
-                                             coalesce(finish_and_take.finished_id::text, 'NULL'),
-                                             coalesce(finish_and_take.finished_lease::text, 'NULL')),
-                  HINT = 'Pass the id and lease of the task just completed, or both NULL on the first call.';
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN (finish_and_take.finished_id IS NULL) <> (finish_and_take.finished_lease IS NULL)
+                  THEN 'finished_id, finished_lease' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('finish_and_take', v_bad, pg_catalog.jsonb_build_object(
+            'finished_id', finish_and_take.finished_id::text,
+            'finished_lease', finish_and_take.finished_lease::text));
     END IF;
+    -- </arguments>
     IF finish_and_take.finished_id IS NOT NULL THEN
         v_finished := queue.finish(finish_and_take.finished_id, finish_and_take.finished_lease,
                                    stage => finish_and_take.stage, result => finish_and_take.finished_result);

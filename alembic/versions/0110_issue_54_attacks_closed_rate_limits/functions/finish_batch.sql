@@ -35,45 +35,32 @@ DECLARE
     v_results jsonb;  -- the results given, by task id
     v_minute  timestamptz := queue._count_minute();  -- the key of the runs counted (history 'none', 'failures')
     v_backend integer := pg_catalog.pg_backend_pid();
+    v_bad   text;  -- the first bad argument's name
 BEGIN
-    IF finish_batch.id IS NULL OR finish_batch.lease IS NULL
-       OR pg_catalog.cardinality(finish_batch.id) <> pg_catalog.cardinality(finish_batch.lease) THEN
-        RAISE EXCEPTION 'id and lease must be arrays of the same length'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('%s ids, %s leases.',
-                                             coalesce(pg_catalog.cardinality(finish_batch.id)::text, 'NULL'),
-                                             coalesce(pg_catalog.cardinality(finish_batch.lease)::text, 'NULL')),
-                  HINT = 'Pass the ids and leases take_next returned, in the same order.';
-    END IF;
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
     -- A NULL pair would be skipped as stale, its task left running until reaped: as finish().
-    IF EXISTS (SELECT 1 FROM pg_catalog.unnest(finish_batch.id) i WHERE i IS NULL)
-       OR EXISTS (SELECT 1 FROM pg_catalog.unnest(finish_batch.lease) l WHERE l IS NULL) THEN
-        RAISE EXCEPTION 'id and lease must not contain NULL'
-            USING ERRCODE = '22004',
-                  DETAIL = pg_catalog.format('%s NULL ids, %s NULL leases.',
-                                             (SELECT pg_catalog.count(*) FROM pg_catalog.unnest(finish_batch.id) i WHERE i IS NULL),
-                                             (SELECT pg_catalog.count(*) FROM pg_catalog.unnest(finish_batch.lease) l WHERE l IS NULL)),
-                  HINT = 'Pass the ids and leases take_next returned, in the same order. Nothing was finished.';
-    END IF;
-    IF pg_catalog.cardinality(finish_batch.id) > 10000 THEN
-        RAISE EXCEPTION 'batch out of range'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('%s tasks.', pg_catalog.cardinality(finish_batch.id)),
-                  HINT = 'Finish at most 10000 tasks per call.';
-    END IF;
-    IF finish_batch.result IS NOT NULL THEN
-        IF pg_catalog.cardinality(finish_batch.result) <> pg_catalog.cardinality(finish_batch.id) THEN
-            RAISE EXCEPTION 'result must have one element per id'
-                USING ERRCODE = '22023',
-                      DETAIL = pg_catalog.format('%s ids, %s results.', pg_catalog.cardinality(finish_batch.id),
-                                                 pg_catalog.cardinality(finish_batch.result)),
-                      HINT = 'Pass one result per task, in the order of id (NULL for a task without one), or leave result out.';
+    v_bad := CASE WHEN finish_batch.id IS NULL OR finish_batch.lease IS NULL
+                       OR pg_catalog.cardinality(finish_batch.id) <> pg_catalog.cardinality(finish_batch.lease)
+                       OR EXISTS (SELECT FROM pg_catalog.unnest(finish_batch.id) i WHERE i IS NULL)
+                       OR EXISTS (SELECT FROM pg_catalog.unnest(finish_batch.lease) l WHERE l IS NULL) THEN 'id, lease'
+                  WHEN pg_catalog.cardinality(finish_batch.id) > 10000 THEN 'batch'
+                  WHEN finish_batch.result IS NOT NULL THEN 'optional' END;
+    IF v_bad IS NOT NULL THEN
+        IF v_bad = 'optional' THEN  -- the results' tests, only when results are given
+            v_bad := CASE WHEN pg_catalog.cardinality(finish_batch.result) <> pg_catalog.cardinality(finish_batch.id) THEN 'result'
+                          WHEN EXISTS (SELECT FROM pg_catalog.unnest(finish_batch.result) AS r(r)
+                                        WHERE pg_catalog.jsonb_typeof(r.r) NOT IN ('object', 'array')
+                                           OR pg_catalog.pg_column_size(r.r) > 1048576
+                                           OR pg_catalog.pg_column_compression(r.r) IS NOT NULL) THEN 'result[i]' END;
         END IF;
-        FOR v_i IN 1 .. pg_catalog.cardinality(finish_batch.result) LOOP
-            IF finish_batch.result[v_i] IS NOT NULL THEN
-                PERFORM queue._check_payload(finish_batch.result[v_i], pg_catalog.format('result[%s]', v_i));
-            END IF;
-        END LOOP;
+        IF v_bad IS NOT NULL THEN
+            PERFORM queue._raise_bad_argument('finish_batch', v_bad, pg_catalog.jsonb_build_object(
+                'id', finish_batch.id::text, 'lease', finish_batch.lease::text,
+                'batch', pg_catalog.cardinality(finish_batch.id)::text, 'result', finish_batch.result::text));
+        END IF;
+    END IF;
+    -- </arguments>
+    IF finish_batch.result IS NOT NULL THEN
         v_results := (SELECT pg_catalog.jsonb_object_agg(r.id::text, r.result)
                         FROM ROWS FROM (pg_catalog.unnest(finish_batch.id), pg_catalog.unnest(finish_batch.result)) AS r(id, result)
                        WHERE r.result IS NOT NULL);

@@ -29,16 +29,29 @@ DECLARE
     v_task  queue.live_tasks;
     v_stage text;
     v_counted boolean;
+    v_bad   text;    -- the first bad argument's name
 BEGIN
-    -- One test when the arguments are good and no result is given; the rest only when it holds.
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    -- The hot path evaluates only the guard, the CASE's tests joined by OR (a text CASE costs
+    -- 8 k more a call: docs/decisions.md); tests/py/test_one_way.py keeps the two the same. An
+    -- optional argument's tests, whose functions PL/pgSQL sets up again in every transaction, run
+    -- only when one is given.
     IF finish_locked.id IS NULL OR pg_catalog.length(finish_locked.worker) > 200 OR finish_locked.result IS NOT NULL THEN
-        IF finish_locked.id IS NULL THEN
-            PERFORM queue._raise_bad_argument('finish_locked', 'id');
-        ELSIF pg_catalog.length(finish_locked.worker) > 200 THEN
-            PERFORM queue._raise_bad_argument('finish_locked', 'worker', finish_locked.worker);
+        v_bad := CASE WHEN finish_locked.id IS NULL THEN 'id'
+                      WHEN pg_catalog.length(finish_locked.worker) > 200 THEN 'worker'
+                      WHEN finish_locked.result IS NOT NULL THEN 'optional' END;
+        IF v_bad = 'optional' THEN
+            v_bad := CASE WHEN pg_catalog.jsonb_typeof(finish_locked.result) NOT IN ('object', 'array')
+                               OR pg_catalog.pg_column_size(finish_locked.result) > 1048576
+                               OR pg_catalog.pg_column_compression(finish_locked.result) IS NOT NULL THEN 'result' END;
         END IF;
-        PERFORM queue._check_payload(finish_locked.result, 'result');
+        IF v_bad IS NOT NULL THEN
+            PERFORM queue._raise_bad_argument('finish_locked', v_bad, pg_catalog.jsonb_build_object(
+                'id', finish_locked.id::text, 'worker', finish_locked.worker,
+                'result', finish_locked.result::text));
+        END IF;
     END IF;
+    -- </arguments>
     -- Held by this transaction now, as it took it (docs/decisions.md, "The take_locked fence"):
     -- the row is locked by this transaction (SKIP LOCKED skips another's lock, not this
     -- transaction's own) and take_locked's signed entry, which binds the attempt and run_at it

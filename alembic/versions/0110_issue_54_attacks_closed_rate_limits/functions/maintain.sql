@@ -35,12 +35,15 @@ DECLARE
     v_lock_timeout text;
     v_rotated boolean := false;
     v_minutes integer;
+    v_bad text;  -- the first bad argument's name
 BEGIN
-    IF maintain.now IS NULL THEN
-        RAISE EXCEPTION 'now must not be NULL'
-            USING ERRCODE = '22004', DETAIL = 'maintain was called with now NULL.',
-                  HINT = 'Leave now out to maintain as of now().';
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN maintain.now IS NULL THEN 'now' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('maintain', v_bad, pg_catalog.jsonb_build_object(
+            'now', maintain.now::text));
     END IF;
+    -- </arguments>
 
     v_reaped := queue.reap_hung();
     task := 'reap_hung';

@@ -23,12 +23,12 @@ AS $$
 DECLARE
     v_hidden text[] := queue._hidden_stages();
     v_pct    double precision := queue._sample_percent('recent_errors', recent_errors.sample_pages);
+    v_bad    text;  -- the first bad argument's name
 BEGIN
-    IF recent_errors.since IS NULL OR recent_errors.since < interval '0' OR recent_errors.since > interval '100 years' THEN
-        RAISE EXCEPTION 'since must be an interval from 0 to 100 years'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('recent_errors was called with since %s.', coalesce(recent_errors.since::text, 'NULL')),
-                  HINT = 'Leave it out for the last hour.';
+    v_bad := CASE WHEN recent_errors.since IS NULL OR recent_errors.since < interval '0'
+                       OR recent_errors.since > interval '100 years' THEN 'since' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('recent_errors', v_bad, pg_catalog.jsonb_build_object('since', recent_errors.since::text));
     END IF;
     RETURN QUERY
     SELECT e.stage, e.error_text, pg_catalog.round(pg_catalog.sum(e.tasks))::bigint, pg_catalog.max(e.seen),

@@ -20,12 +20,14 @@ DECLARE
     v_last   record;  -- a queue.history row and its ctid
     v_stage  text;
     v_found  boolean;
+    v_bad text;  -- the first bad argument's name
 BEGIN
-    IF retry.id IS NULL THEN
-        RAISE EXCEPTION 'id must not be NULL'
-            USING ERRCODE = '22004', DETAIL = 'retry was called with id NULL.',
-                  HINT = 'Pass the id of a task, e.g. from queue.tasks.';
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN retry.id IS NULL THEN 'id' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('retry', v_bad, pg_catalog.jsonb_build_object('id', retry.id::text));
     END IF;
+    -- </arguments>
     BEGIN
         SELECT t.status INTO v_status
           FROM queue.live_tasks t

@@ -42,12 +42,15 @@ DECLARE
     v_rows      bigint;
     v_oldest    timestamptz;
     v_newest    timestamptz;
+    v_bad text;  -- the first bad argument's name
 BEGIN
-    IF rotate_partitions.now IS NULL THEN
-        RAISE EXCEPTION 'now must not be NULL'
-            USING ERRCODE = '22004', DETAIL = 'rotate_partitions was called with now NULL.',
-                  HINT = 'Leave now out to rotate as of now().';
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN rotate_partitions.now IS NULL THEN 'now' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('rotate_partitions', v_bad, pg_catalog.jsonb_build_object(
+            'now', rotate_partitions.now::text));
     END IF;
+    -- </arguments>
 
     IF NOT pg_catalog.pg_try_advisory_xact_lock(v_key) THEN
         RETURN QUERY

@@ -17,12 +17,15 @@ AS $$
 DECLARE
     v_s  queue.schedules;
     v_id bigint;
+    v_bad text;  -- the first bad argument's name
 BEGIN
-    IF run_schedule_now.name IS NULL THEN
-        RAISE EXCEPTION 'name must not be NULL'
-            USING ERRCODE = '22004', DETAIL = 'run_schedule_now was called with name NULL.',
-                  HINT = 'Give the name the schedule was created with.';
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN run_schedule_now.name IS NULL THEN 'name' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('run_schedule_now', v_bad, pg_catalog.jsonb_build_object(
+            'name', run_schedule_now.name));
     END IF;
+    -- </arguments>
     SELECT s.* INTO v_s
       FROM queue.schedules s
      WHERE s.name = run_schedule_now.name

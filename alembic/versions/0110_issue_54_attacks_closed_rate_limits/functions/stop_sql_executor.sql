@@ -17,20 +17,15 @@ AS $$
 DECLARE
     v_until timestamptz;
     v_sent  boolean;
+    v_bad text;  -- the first bad argument's name
 BEGIN
-    IF stop_sql_executor.pid IS NULL THEN
-        RAISE EXCEPTION 'pid must not be NULL'
-            USING ERRCODE = '22004', DETAIL = 'stop_sql_executor was called with pid NULL.',
-                  HINT = 'Pass the executor''s backend pid (pg_backend_pid() in its session).';
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN stop_sql_executor.pid IS NULL OR stop_sql_executor.pid = pg_catalog.pg_backend_pid() THEN 'pid' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('stop_sql_executor', v_bad, pg_catalog.jsonb_build_object(
+            'pid', stop_sql_executor.pid::text));
     END IF;
-    IF stop_sql_executor.pid = pg_catalog.pg_backend_pid() THEN
-        RAISE EXCEPTION 'an executor cannot stop itself this way'
-            USING ERRCODE = '22023',
-                  DETAIL = pg_catalog.format('pid %s is this session''s own backend.', stop_sql_executor.pid),
-                  HINT = 'Call it from another session of the same role.';
-    END IF;
-    -- The lock first (the executor looks for it when the cancel arrives); a refused or missed
-    -- signal gives it back, so that such a call leaves nothing behind (session locks outlive an error).
+    -- </arguments>
     PERFORM pg_catalog.pg_advisory_lock(1936419948, stop_sql_executor.pid);
     BEGIN
         v_sent := pg_catalog.pg_cancel_backend(stop_sql_executor.pid);

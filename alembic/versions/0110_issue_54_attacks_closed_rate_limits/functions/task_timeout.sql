@@ -10,8 +10,16 @@ CREATE OR REPLACE FUNCTION queue.task_timeout(stage text)
     SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_bad text;  -- the first bad argument's name
 BEGIN
-    PERFORM queue._check_stage(task_timeout.stage);
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN task_timeout.stage IS NULL OR task_timeout.stage IN ('', '*') OR pg_catalog.octet_length(task_timeout.stage) > 54 THEN 'stage' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('task_timeout', v_bad, pg_catalog.jsonb_build_object(
+            'stage', task_timeout.stage));
+    END IF;
+    -- </arguments>
     RETURN (queue._settings(task_timeout.stage)).task_timeout;
 END
 $$;

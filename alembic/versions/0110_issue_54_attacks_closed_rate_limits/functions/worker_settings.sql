@@ -13,8 +13,15 @@ CREATE OR REPLACE FUNCTION queue.worker_settings(stage text, OUT task_timeout in
 AS $$
 DECLARE
     v_row queue.stage_settings;
+    v_bad text;  -- the first bad argument's name
 BEGIN
-    PERFORM queue._check_stage(worker_settings.stage);
+    -- <arguments> One test names the first bad argument; _raise_bad_argument says what is wrong.
+    v_bad := CASE WHEN worker_settings.stage IS NULL OR worker_settings.stage IN ('', '*') OR pg_catalog.octet_length(worker_settings.stage) > 54 THEN 'stage' END;
+    IF v_bad IS NOT NULL THEN
+        PERFORM queue._raise_bad_argument('worker_settings', v_bad, pg_catalog.jsonb_build_object(
+            'stage', worker_settings.stage));
+    END IF;
+    -- </arguments>
     v_row := queue._settings(worker_settings.stage);
     task_timeout := v_row.task_timeout;
     paused := v_row.paused;

@@ -6,9 +6,6 @@
 -- text takes under 1 MB), so a compressed value (pg_column_compression) is measured decompressed:
 -- payload || '{}' (or '[]'), the same value, detoasted. Callers' fast paths send a compressed
 -- value here; the others never decompress.
--- The one-argument form is dropped first, so that a one-argument call resolves to this one.
--- squawk-ignore ban-drop-function
-DROP FUNCTION IF EXISTS queue._check_payload(jsonb);
 CREATE OR REPLACE FUNCTION queue._check_payload(payload jsonb, argument text DEFAULT 'payload')
     RETURNS void
     LANGUAGE plpgsql

@@ -8,9 +8,6 @@
 -- Raises 22004 when only one of them is NULL, and what finish() and take_next() raise.
 -- Locks and writes what finish() and take_next() do.
 -- The finished task must be of stage (one shard on Citus): one of another stage is not finished.
--- The six-argument form is dropped first, so that calls without finished_result resolve to this one.
--- squawk-ignore ban-drop-function
-DROP FUNCTION IF EXISTS queue.finish_and_take(bigint, uuid, text, integer, interval, text);
 CREATE OR REPLACE FUNCTION queue.finish_and_take(
         finished_id     bigint,
         finished_lease  uuid,

@@ -10,9 +10,7 @@
 -- Raises 22004 for a NULL id, 22023 for a long worker name or a scalar result, 54000 for a result
 -- over 1 MiB. Locks the task's row (already locked by take_locked); writes queue.live_tasks and
 -- queue.history (queue.finished_counts for a stage that keeps no such history). stage, when
--- given, is the task's stage (routes the call on Citus); any other: false. The three-argument form is dropped first, so that calls without result resolve to this one.
--- squawk-ignore ban-drop-function
-DROP FUNCTION IF EXISTS queue.finish_locked(bigint, text, text);
+-- given, is the task's stage (routes the call on Citus); any other: false.
 CREATE OR REPLACE FUNCTION queue.finish_locked(id bigint, worker text DEFAULT NULL, stage text DEFAULT NULL,
                                                result jsonb DEFAULT NULL)
     RETURNS boolean

@@ -8,9 +8,6 @@
 -- Returns false, changing nothing, when the lease is not the task's current one. Raises 22004 for a
 -- NULL id or lease, 22023 for a negative retry_in. Locks and writes the task's row.
 -- stage, when given, is the task's stage (routes the call on Citus); any other: false.
--- The two-argument release is dropped first, so that a two-argument call resolves to this one.
--- squawk-ignore ban-drop-function
-DROP FUNCTION IF EXISTS queue.release(bigint, uuid);
 CREATE OR REPLACE FUNCTION queue.release(id bigint, lease uuid, retry_in interval DEFAULT NULL,
                                          stage text DEFAULT NULL)
     RETURNS boolean

@@ -11,9 +11,6 @@
 -- Raises 22004 for a NULL argument, 22023 for an invalid name, cron expression (or one that never
 -- fires), stage, payload or time zone, 54000 for a payload over 1 MiB.
 -- Writes queue.schedules (one row, locked until commit).
--- The six-argument form is dropped first, so that calls without overlap resolve to this one.
--- squawk-ignore ban-drop-function
-DROP FUNCTION IF EXISTS queue.schedule(text, text, text, jsonb, integer, text);
 CREATE OR REPLACE FUNCTION queue.schedule(
         name     text,
         cron     text,

@@ -3,9 +3,6 @@
 -- INSERT INTO queue.history SELECT (queue._history_row(…)).*. result is what a done run returned
 -- (finish(…, result)), NULL otherwise. No SET clause and IMMUTABLE, so that the planner inlines it
 -- into the caller's statement, which runs with a pinned search_path.
--- The seven-argument form is dropped first, so that a seven-argument call resolves to this one.
--- squawk-ignore ban-drop-function
-DROP FUNCTION IF EXISTS queue._history_row(queue.live_tasks, queue.task_status, integer, text, text, timestamptz, timestamptz);
 CREATE OR REPLACE FUNCTION queue._history_row(task queue.live_tasks, status queue.task_status, attempt integer,
                                               worker text, error_text text, started timestamptz,
                                               finished timestamptz, result jsonb DEFAULT NULL)

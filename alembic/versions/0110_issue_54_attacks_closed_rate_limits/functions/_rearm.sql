@@ -4,9 +4,6 @@
 -- `finished` (_next_slot). The caller has locked the row; history is written only when the row
 -- was there to re-arm.
 -- Writes queue.live_tasks and queue.history or queue.finished_counts; raises nothing of its own.
--- The seven-argument form is dropped first, so that a seven-argument call resolves to this one.
--- squawk-ignore ban-drop-function
-DROP FUNCTION IF EXISTS queue._rearm(queue.live_tasks, queue.task_status, integer, text, text, timestamptz, timestamptz);
 CREATE OR REPLACE FUNCTION queue._rearm(task queue.live_tasks, status queue.task_status, attempt integer,
                                         worker text, error_text text, started timestamptz, finished timestamptz,
                                         result jsonb DEFAULT NULL)

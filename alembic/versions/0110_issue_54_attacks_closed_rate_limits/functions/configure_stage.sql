@@ -1,23 +1,17 @@
 -- configure_stage(stage, …): set a stage's policy; arguments left NULL keep their current value
--- (for a stage without a row: the value of the defaults row '*'); stage => '*' changes the
--- defaults of every stage without a row. Returns the stage's settings row.
+-- (for a stage without a row: the defaults row '*'s); stage => '*' changes the defaults of every
+-- stage without a row. Returns the stage's settings row.
 --   max_running, group_limit  at most so many tasks of the stage, of one group_key, run at once;
 --   paused       true: takes hand out nothing of the stage until it is set false again;
---   rate_limit   at most so many takes per rate_window (default 1 s), of each group_key with
---                rate_per_group; rate_burst: at most so many per its share of a window;
+--   rate_limit   takes per rate_window (default 1 s), of each group_key with rate_per_group;
 --   weight       tasks a multi-stage take serves from the stage in its turn (1 to 1000);
 --   task_timeout how long a worker lets an attempt run (enforced by the workers). 0 removes a limit;
---   history      what queue.history keeps of its ended tasks: 'all', 'failures' (fatal ends) or
---                'none'; runs not kept are counted (queue.finished_counts). The stage's waiting tasks
---                not locked now take the new mode; a task keeps the mode it has when its run ends.
--- A new limit applies to takes that start after this call commits; running tasks are not stopped.
--- Resuming a stage or changing a cap sends its NOTIFY (unless notify is off), waking its workers.
--- Raises 22004/22023 for a bad stage, 22023 for a value out of range (leases and backoffs at most
--- 100 years) or a history mode unknown or given for '*'. Locks and writes the stage's row of
--- queue.stage_settings; with history, the stage's waiting tasks it can lock (SKIP LOCKED).
--- The form without history is dropped first, so that calls resolve to this one.
--- squawk-ignore ban-drop-function
-DROP FUNCTION IF EXISTS queue.configure_stage(text, interval, integer, text, interval, interval, real, boolean, integer, integer, boolean, integer, interval, integer, boolean, integer, interval);
+--   history      'all', 'failures' (fatal ends) or 'none': what queue.history keeps; runs not kept
+--                are counted (queue.finished_counts); waiting tasks not locked now take the mode.
+-- New limits apply to takes after commit; resuming or a new cap NOTIFYs the stage (unless off).
+-- Raises 22004/22023 for a bad stage, 22023 for a value out of range or a history mode unknown or
+-- given for '*'. Locks and writes the stage's row of queue.stage_settings; with history, the
+-- stage's waiting tasks it can lock (SKIP LOCKED).
 CREATE OR REPLACE FUNCTION queue.configure_stage(
         stage          text,
         lease_duration interval DEFAULT NULL,

@@ -10,9 +10,6 @@
 -- Raises 22004/22023/54000 for bad arguments, 42501 for a restricted stage (grant_stage) the caller
 -- may not enqueue into, or for mode 'rerun' on an SQL task's key. Writes queue.live_tasks; NOTIFY
 -- skiplock.<stage> while a worker waits (stage_waiters), unless the stage turned it off.
--- The nine-argument enqueue is dropped first, so that its calls resolve to this one.
--- squawk-ignore ban-drop-function
-DROP FUNCTION IF EXISTS queue.enqueue(jsonb, text, integer, timestamptz, text, text, interval, boolean, text);
 CREATE OR REPLACE FUNCTION queue.enqueue(
         payload   jsonb,
         stage     text        DEFAULT 'default',

@@ -11,9 +11,7 @@
 -- enqueue right; SK002 when a live task of next_stage has the key. Locks the task's row; writes
 -- queue.live_tasks and queue.history (queue.finished_counts for a stage that keeps no such
 -- history: configure_stage(history => …)). stage, when given, is the task's stage (routes the call on
--- Citus); any other: false. The four-argument form is dropped first (calls without result).
--- squawk-ignore ban-drop-function
-DROP FUNCTION IF EXISTS queue.finish(bigint, uuid, text, text);
+-- Citus); any other: false.
 CREATE OR REPLACE FUNCTION queue.finish(id bigint, lease uuid, next_stage text DEFAULT NULL,
                                         stage text DEFAULT NULL, result jsonb DEFAULT NULL)
     RETURNS boolean

@@ -9,9 +9,6 @@
 -- queue.live_tasks and queue.history (queue.finished_counts for a stage that keeps no such history).
 -- stage, when given, is the tasks' stage (routes the call on Citus); tasks of others are skipped.
 -- Finds each pair's task through the primary key, whatever the statistics say (see the SET clauses).
--- The three-argument form is dropped first, so that calls without result resolve to this one.
--- squawk-ignore ban-drop-function
-DROP FUNCTION IF EXISTS queue.finish_batch(bigint[], uuid[], text);
 CREATE OR REPLACE FUNCTION queue.finish_batch(id bigint[], lease uuid[], stage text DEFAULT NULL,
                                               result jsonb[] DEFAULT NULL)
     RETURNS integer

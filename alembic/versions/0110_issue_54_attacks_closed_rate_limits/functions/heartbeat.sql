@@ -8,9 +8,6 @@
 -- task's current one: the worker should stop working on the task, another attempt may already
 -- run. Locks and writes the task's row of queue.live_tasks.
 -- stage, when given, is the task's stage (routes the call on Citus); any other raises SK001.
--- The four-argument form is dropped first, so that calls without progress resolve to this one.
--- squawk-ignore ban-drop-function
-DROP FUNCTION IF EXISTS queue.heartbeat(bigint, uuid, interval, text);
 CREATE OR REPLACE FUNCTION queue.heartbeat(id bigint, lease uuid, lease_for interval DEFAULT NULL,
                                            stage text DEFAULT NULL, progress jsonb DEFAULT NULL)
     RETURNS timestamptz

@@ -51,7 +51,7 @@ DO $$ BEGIN RAISE EXCEPTION 'revision {rev}: {rel} changed; write the {what} in 
 BASELINE = "0100"
 # Each release and the revision id it shipped as its head, oldest first (`make release` appends).
 # A released revision is never rewritten; the revisions after the last one are squashed at the next.
-RELEASES = {'0.1.0': '0100'}
+RELEASES = {'0.1.0': '0100', '0.2.0': '0111'}
 
 TEMPLATE = '''"""{message}
 

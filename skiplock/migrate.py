@@ -51,7 +51,7 @@ LOCK_ORDER = ["stage_settings", "stage_access", "live_tasks", "stage_waiters", "
 PRE_RELEASE = frozenset(f"{n:04d}" for n in range(1, 30))
 # Each release's squashed revisions: (first, last) ids of the unreleased revisions that `make release`
 # replaced with one revision, and the previous release's head. Written by `make release`.
-SQUASHED: dict[str, tuple[str, str, str]] = {}
+SQUASHED: dict[str, tuple[str, str, str]] = {'0.2.0': ('0101', '0110', '0100')}
 
 
 def squashed_by(rev: str | None) -> tuple[str, str] | None:

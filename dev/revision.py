@@ -530,6 +530,7 @@ def make_release(version: str, *, dry_run: bool = False) -> Path | None:
                                            f"{dict(_squashed(), **{version: (squashed[0][0], squashed[-1][0], head)})!r}"),
         ROOT / "CHANGELOG.md": (r"^## Unreleased$", f"## Unreleased\n\n## {version} ({datetime.date.today()})"),
         ROOT / "pyproject.toml": (r'^version = "[^"]*"$', f'version = "{version}"'),
+        ROOT / "skiplock" / "__init__.py": (r'^__version__ = "[^"]*"$', f'__version__ = "{version}"'),
     }
     for path, (pattern, line) in records.items():
         if dry_run:

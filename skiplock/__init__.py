@@ -4,4 +4,4 @@ The queue is the PL/pgSQL functions in schema `queue` (see schema/ and `\\df+ qu
 package only deploys them (Alembic), runs a throwaway dev cluster, the demo and the CLI.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -151,3 +151,11 @@ def test_the_package_imports_nothing_from_the_harness() -> None:
             found += [f"{name} imports {m}" for m in names if m.split(".")[0] == "dev"]
     assert found == []
     assert not (PACKAGE / "testrun.py").exists() and (ROOT / "dev" / "testrun.py").exists()
+
+
+def test_the_package_says_the_version_pyproject_gives():
+    """`skiplock --version` and the wheel's metadata say the same release (make release writes both)."""
+    import skiplock
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    declared = re.search(r'^version = "([^"]*)"$', pyproject, re.M)
+    assert declared and declared.group(1) == skiplock.__version__

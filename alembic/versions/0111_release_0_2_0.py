@@ -50,6 +50,7 @@ UPGRADE = [
     '0111_release_0_2_0/tables/rate_windows.sql',
     '0111_release_0_2_0/tables/reaper_clock.sql',
     '0111_release_0_2_0/alter/0110/functions/configure_stage.sql',
+    '0111_release_0_2_0/alter/0110/views/views_on_new_tables.sql',
     '0111_release_0_2_0/alter/0110/views/tasks.sql',
     '0111_release_0_2_0/signature/functions/_check_payload.sql',
     '0111_release_0_2_0/functions/_check_payload.sql',

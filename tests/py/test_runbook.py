@@ -405,8 +405,20 @@ def test_bulk_retry_now_under_load(load_url: str) -> None:
                   ([r[0] for r in rows], [r[1] for r in rows]))  # due again at once
         assert statuses(c, stage) == {"error": N_LOAD}
         holder = LockedHolder(load_url, stage)
-        with Workers(load_url, stage):
-            retried, skipped = run_bulk(load_url, block, stage)
+        # The workers start once the block runs (not before: on a loaded machine they drained the
+        # stage before psql started, and nothing was left to retry); from then on they race it.
+        bulk: dict[str, tuple[int, int]] = {}
+        runner = threading.Thread(target=lambda: bulk.update(counts=run_bulk(load_url, block, stage)), daemon=True)
+        runner.start()
+        deadline = time.monotonic() + 60
+        while not c.execute("SELECT EXISTS (SELECT FROM pg_stat_activity WHERE application_name = %s "
+                            "AND state = 'active' AND query LIKE 'DO%%')", (BULK_APP,)).fetchone()[0]:
+            assert time.monotonic() < deadline and runner.is_alive(), "the block never ran"
+            time.sleep(0.002)
+        with Workers(load_url, stage, warm_up=0):
+            runner.join(120)
+            assert "counts" in bulk, "the block did not finish"
+            retried, skipped = bulk["counts"]
             while statuses(c, stage) != {"done": N_LOAD}:  # the workers drain the stage
                 time.sleep(0.05)
         holder.join()

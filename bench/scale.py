@@ -98,6 +98,10 @@ def add_history(conn: psycopg.Connection, count: int, stages: int) -> None:
                      {"stages": stages, "first": done, "last": done + n - 1, "total": count})
         done += n
     conn.execute("VACUUM ANALYZE queue.history")
+    # What the workers' maintain() keeps doing: the hourly roll-up, at most a day a call (rows
+    # written straight into history are rolled up as a day of finishes would have been).
+    while conn.execute("SELECT m.count FROM queue.maintain() m WHERE m.task = 'roll_up_hours'").fetchone()[0]:
+        pass
 
 
 def cell(cluster: devdb.Cluster, dbname: str, script: str, stages: int, clients: int,

@@ -237,7 +237,7 @@ def run_pass(name: str, settings: dict[str, str], cfg: Config, only: set[str], t
         # "bound": skiplock's statement with no function around it, the floor under its figure.
         for design in ("seed004", "skiplock", "bound"):
             result["points"].append(seed004.insert(cluster, design, cfg.seed004_seconds).as_dict())
-        for design in ("seed004", "skiplock", "skiplock-drain", "bound"):
+        for design in ("seed004", "skiplock", "skiplock-drain", "skiplock-drain-none", "bound"):
             result["points"].append(seed004.consume(cluster, design, cfg.seed004_seconds / 2).as_dict())
 
     def lat() -> None:

@@ -139,7 +139,11 @@ COLUMNS = ("t.id, t.stage, t.status::text AS status, t.priority, t.key, t.group_
 
 
 def tasks(conn: psycopg.Connection, stage: str, f: Filters, limit: int = PAGE) -> tuple[list[dict[str, Any]], str]:
-    """A page of the stage's tasks under the filters, newest first, and the cursor of the next page ('' at the end)."""
+    """A page of the stage's tasks under the filters, newest first, and the cursor of the next page ('' at the end).
+
+    A final status other than 'done' reads history only in the hours queue.hourly counts runs of
+    that status in (the last 7 days): a stage with no fatal run reads no history row at all. Past
+    those hours the next page ("older") reads what is older than the 7 days, unbounded."""
     final = f.status in FINAL
     args: dict[str, Any] = {"stage": stage, "key": f.key or None, "grp": f.group or None, "err": f.error or None,
                             "id": f.id, "limit": limit + 1}
@@ -162,20 +166,68 @@ def tasks(conn: psycopg.Connection, stage: str, f: Filters, limit: int = PAGE) -
             at, _, last = f.before.partition("|")
             args["at"], args["last"] = dt.datetime.fromisoformat(at), int(last)
             where.append("t.finished <= %(at)s AND (t.finished < %(at)s OR t.id < %(last)s)")
+        if f.status != "done":
+            return _rare_final(conn, stage, f.status, where, args, limit)
     else:
         order = "t.id DESC"
         if f.before:
             args["last"] = int(f.before)
             where.append("t.id < %(last)s")
-    cur = conn.cursor(row_factory=dict_row)
-    rows = cur.execute(f"SELECT {COLUMNS} FROM queue.tasks t WHERE {' AND '.join(where)} ORDER BY {order} LIMIT %(limit)s",
-                       args).fetchall()
+    rows = _page(conn, where, args, order)
     cursor = ""
     if len(rows) > limit:
         rows = rows[:limit]
         last_row = rows[-1]
         cursor = f"{last_row['finished'].isoformat()}|{last_row['id']}" if final else str(last_row["id"])
     return rows, cursor
+
+
+def _page(conn: psycopg.Connection, where: list[str], args: dict[str, Any], order: str) -> list[dict[str, Any]]:
+    cur = conn.cursor(row_factory=dict_row)
+    return cur.execute(f"SELECT {COLUMNS} FROM queue.tasks t WHERE {' AND '.join(where)} ORDER BY {order} LIMIT %(limit)s",
+                       args).fetchall()
+
+
+def _rare_final(conn: psycopg.Connection, stage: str, status: str, where: list[str], args: dict[str, Any],
+                limit: int) -> tuple[list[dict[str, Any]], str]:
+    """tasks() for fatal or cancelled: history read hour by hour where queue.hourly counts such runs,
+    enough hours at a time for a page; then, on the next page, what is older than those 7 days."""
+    order = "t.finished DESC, t.id DESC"
+    at = args.get("at")
+    start, hours, counts = one(conn.execute(
+        "SELECT pg_catalog.date_trunc('hour', pg_catalog.now(), 'UTC') - interval '7 days',"
+        "       coalesce(pg_catalog.array_agg(h.hour ORDER BY h.hour DESC), '{}'),"
+        "       coalesce(pg_catalog.array_agg(h.runs ORDER BY h.hour DESC), '{}')"
+        "  FROM (SELECT h.hour, CASE %(status)s WHEN 'fatal' THEN h.fatal ELSE h.cancelled END AS runs"
+        "          FROM queue.hourly h WHERE h.stage = %(stage)s) h"
+        " WHERE h.runs > 0 AND (%(at)s::timestamptz IS NULL OR h.hour <= %(at)s)",
+        {"status": status, "stage": stage, "at": at}))
+    if at is not None and at <= start:           # the "older" pages: what the 7 days do not cover
+        return _unbounded_page(conn, where, args, order, limit)
+    rows: list[dict[str, Any]] = []
+    i = 0
+    while i < len(hours) and len(rows) <= limit:
+        n, j = counts[i], i + 1
+        while n <= limit - len(rows) and j < len(hours):   # enough hours for the page, by their counts
+            n, j = n + counts[j], j + 1
+        window = {**args, "lo": hours[j - 1], "hi": hours[i] + dt.timedelta(hours=1), "limit": limit + 1 - len(rows)}
+        rows += _page(conn, where + ["t.finished >= %(lo)s AND t.finished < %(hi)s"], window, order)
+        i = j
+    if len(rows) > limit:
+        rows = rows[:limit]
+        return rows, f"{rows[-1]['finished'].isoformat()}|{rows[-1]['id']}"
+    older = one(conn.execute("SELECT EXISTS (SELECT FROM queue.tasks t WHERE t.stage = %s AND t.finished IS NOT NULL"
+                             "                AND t.finished < %s)", (stage, start)))[0]
+    return rows, (f"{start.isoformat()}|0" if older else "")
+
+
+def _unbounded_page(conn: psycopg.Connection, where: list[str], args: dict[str, Any], order: str,
+                    limit: int) -> tuple[list[dict[str, Any]], str]:
+    rows = _page(conn, where, args, order)
+    if len(rows) <= limit:
+        return rows, ""
+    rows = rows[:limit]
+    return rows, f"{rows[-1]['finished'].isoformat()}|{rows[-1]['id']}"
 
 
 def task(conn: psycopg.Connection, task_id: int) -> list[dict[str, Any]]:

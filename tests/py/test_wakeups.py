@@ -211,9 +211,11 @@ def test_a_stages_own_notify_setting_overrides_the_defaults_row(conn: psycopg.Co
 
 # Every other way a task becomes due at once wakes a waiting worker too (revision 0024): a worker
 # handing its task back as it shuts down, an admin's retry, a failure retried at once, a re-run
-# queued again, a reaped task, a stage resumed. Each case leaves one task of its stage running
-# (or in the state it needs), marks the stage as waited on, then acts; `due` says whether the act
-# leaves a task due at once, which is when a wake-up is worth its commit-time lock.
+# queued again, a reaped task, a stage resumed, the end of the last task a waiting one waits for
+# (enqueue(after => …): made ready in that end's transaction, not found by a poll). Each case
+# leaves one task of its stage running (or in the state it needs), marks the stage as waited on,
+# then acts; `due` says whether the act leaves a task due at once, which is when a wake-up is
+# worth its commit-time lock.
 def _running(conn: psycopg.Connection, stage: str, key: str | None = None) -> tuple[int, object]:
     conn.execute("SELECT queue.enqueue('{}', %s, key => %s)", (stage, key))
     return conn.execute("SELECT id, lease FROM queue.take_next(%s)", (stage,)).fetchone()
@@ -281,6 +283,29 @@ def _reap_at_once(conn, stage):
     return lambda: conn.execute("SELECT queue.reap_hung()")
 
 
+def _awaited(conn, stage, after_failed="cancel"):
+    """A task of `stage` waiting for one running task of another stage."""
+    parent, lease = _running(conn, stage + ".parent")
+    conn.execute("SELECT queue.enqueue('{}', %s, after => ARRAY[%s::bigint], after_failed => %s)",
+                 (stage, parent, after_failed))
+    return parent, lease
+
+
+def _last_awaited_ends(conn, stage):
+    parent, lease = _awaited(conn, stage)
+    return lambda: conn.execute("SELECT queue.finish(%s, %s)", (parent, lease))
+
+
+def _awaited_fails_run(conn, stage):
+    parent, lease = _awaited(conn, stage, "run")
+    return lambda: conn.execute("SELECT queue.fail(%s, %s, 'boom', fatal => true)", (parent, lease))
+
+
+def _awaited_fails_cancel(conn, stage):
+    parent, lease = _awaited(conn, stage)
+    return lambda: conn.execute("SELECT queue.fail(%s, %s, 'boom', fatal => true)", (parent, lease))
+
+
 def _resume(conn, stage):
     conn.execute("SELECT queue.configure_stage(%s, paused => true)", (stage,))
     conn.execute("SELECT queue.enqueue('{}', %s)", (stage,))
@@ -291,6 +316,7 @@ def _resume(conn, stage):
     (_release, True), (_release_later, False), (_retry_error, True), (_retry_fatal, True),
     (_fail_at_once, True), (_fail_later, False), (_fail_locked_at_once, True), (_finish_rerun, True),
     (_finish_batch_rerun, True), (_reap_at_once, True), (_resume, True),
+    (_last_awaited_ends, True), (_awaited_fails_run, True), (_awaited_fails_cancel, False),
 ], ids=lambda v: v.__name__.lstrip("_") if callable(v) else None)
 def test_a_task_due_again_at_once_wakes_the_waiting_workers(conn: psycopg.Connection, listener: psycopg.Connection,
                                                             prepare, due: bool):

@@ -378,6 +378,30 @@ def test_until_empty_recovers_expired_leases_first(url: str, conn: psycopg.Conne
     assert counts(conn, "wf.expired") == {"done": 1}, err
 
 
+def test_no_maintain_leaves_an_expired_lease_to_whoever_maintains_the_queue(url: str, conn: psycopg.Connection) -> None:
+    """--no-maintain (pg_cron or `skiplock maintain` does it): even --until-empty, which otherwise
+    recovers expired leases first, leaves the dead worker's task running and exits 0."""
+    conn.execute("SELECT queue.configure_stage('wf.nomaint', backoff_base => '0')")
+    enqueue(conn, "wf.nomaint", 1)
+    a = worker(url, "wf.nomaint", "--lease", "1", "--no-maintain", "--", "sleep", "600")
+    try:
+        wait_for(lambda: counts(conn, "wf.nomaint") == {"running": 1})
+        os.kill(a.pid, signal.SIGKILL)
+        a.wait(timeout=30)
+    finally:
+        a.kill()
+    wait_for(lambda: conn.execute("SELECT lease_expires < now() FROM queue.live_tasks "
+                                  "WHERE stage = 'wf.nomaint'").fetchone()[0] is True)
+    proc = worker(url, "wf.nomaint", "--until-empty", "--no-maintain", "--", "true")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert conn.execute("SELECT status::text, attempt, lease_expires < now() FROM queue.live_tasks "
+                        "WHERE stage = 'wf.nomaint'").fetchone() == ("running", 1, True), err
+    # Whoever maintains the queue gets it back.
+    assert conn.execute("SELECT queue.reap_hung()").fetchone()[0] == 1
+    assert counts(conn, "wf.nomaint") == {"error": 1}
+
+
 def test_maintain_now_runs_in_one_session_at_a_time_and_a_worker_login_may_call_it(url: str, conn: psycopg.Connection) -> None:
     """queue.maintain_now(), what workers call to maintain the queue themselves: a skiplock_worker
     login may call it; while another session holds the workers' lock it returns no row at once,

@@ -5,7 +5,7 @@
 -- named outright raises as the single-stage call does. (100,000 tasks against 50 small stages,
 -- and the wake-ups of a multi-stage worker: tests/py/test_take_stages.py.)
 BEGIN;
-SELECT plan(34);
+SELECT plan(38);
 
 CREATE ROLE skiplock_t_ms_worker LOGIN IN ROLE skiplock_worker;
 CREATE TEMP TABLE took (seq serial PRIMARY KEY, stage text, id bigint);
@@ -84,6 +84,13 @@ SELECT throws_ok($$SELECT * FROM queue.take_next(ARRAY['ms.a', ''])$$, '22023', 
 SELECT throws_ok($$SELECT * FROM queue.take_next(ARRAY['ms.a', NULL])$$, '22004', 'stages element must not be NULL', 'a NULL element: 22004');
 SELECT throws_ok($$SELECT * FROM queue.take_next(ARRAY['*'])$$, '22023', 'invalid stages element name', '''*'' alone (every stage) is refused: 22023');
 SELECT throws_ok($$SELECT * FROM queue.take_next(ARRAY['ms.a'], 0)$$, '22023', 'batch out of range', 'batch 0: 22023');
+SELECT throws_ok($$SELECT * FROM queue.take_next(ARRAY(SELECT 'ms.n.' || g FROM generate_series(1, 1001) g))$$, '22023',
+                 'stages must hold 1 to 1000 elements', '1,001 stages: 22023');
+SELECT is((SELECT count(*)::integer FROM queue.take_next(ARRAY(SELECT 'ms.n.' || g FROM generate_series(1, 1000) g))), 0,
+          '1,000 stages are taken from (none has a task)');
+SELECT throws_ok(format('SELECT * FROM queue.take_next(ARRAY[%L])', repeat('p', 54) || '*'), '22023', 'invalid stages prefix name',
+                 'a prefix of 55 bytes: 22023');
+SELECT is((SELECT count(*)::integer FROM queue.take_next(ARRAY[repeat('p', 53) || '*'])), 0, 'a prefix of 54 bytes is taken from');
 
 SELECT * FROM finish();
 ROLLBACK;

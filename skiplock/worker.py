@@ -1049,11 +1049,22 @@ class AsyncWorker(Worker):
                     loop.remove_signal_handler(signum)
 
 
+MAINTAIN_BUSY_WAIT = 60.0  # seconds until_empty waits for another session's maintain_now() to end
+
+
 def _maintain_once(db: _Db) -> None:
     """queue.maintain_now() once (until_empty: expired leases come back before the worker decides
-    the stages are empty); a login that may not run it, or an error that passes, is skipped."""
+    the stages are empty); a login that may not run it, or an error that passes, is skipped. While
+    another session runs it (no row: its lock is taken) this one tries again, up to
+    MAINTAIN_BUSY_WAIT s: that session's reap may have begun before a lease expired."""
+    deadline = time.monotonic() + MAINTAIN_BUSY_WAIT
     try:
-        db.query("SELECT * FROM queue.maintain_now()", holds=lambda: False)
+        while not db.query("SELECT * FROM queue.maintain_now()", holds=lambda: False):
+            if time.monotonic() > deadline:
+                log.warning("maintain: another session kept queue.maintain_now() busy for %.0f s; not waiting longer",
+                            MAINTAIN_BUSY_WAIT)
+                return
+            time.sleep(0.2)
     except psycopg.Error as e:
         if e.sqlstate != "42501" and not transient(e):
             raise

@@ -378,6 +378,36 @@ def test_until_empty_recovers_expired_leases_first(url: str, conn: psycopg.Conne
     assert counts(conn, "wf.expired") == {"done": 1}, err
 
 
+def test_until_empty_waits_for_a_maintain_now_another_session_runs(url: str, conn: psycopg.Connection) -> None:
+    """--until-empty while another session holds maintain_now()'s lock (its reap may have begun
+    before the dead worker's lease ran out): the worker tries again once the lock is free, instead
+    of taking "no row" for "nothing to recover" and exiting with the task still running."""
+    conn.execute("SELECT queue.configure_stage('wf.busy', backoff_base => '0')")
+    enqueue(conn, "wf.busy", 1)
+    a = worker(url, "wf.busy", "--lease", "1", "--no-maintain", "--", "sleep", "600")
+    try:
+        wait_for(lambda: counts(conn, "wf.busy") == {"running": 1})
+        os.kill(a.pid, signal.SIGKILL)
+        a.wait(timeout=30)
+    finally:
+        a.kill()
+    wait_for(lambda: conn.execute("SELECT lease_expires < now() FROM queue.live_tasks "
+                                  "WHERE stage = 'wf.busy'").fetchone()[0] is True)
+    with psycopg.connect(url) as holder:   # a transaction holding the lock maintain_now() tries
+        holder.execute("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('skiplock.worker_maintain', 0))")
+        proc = worker(url, "wf.busy", "--until-empty", "--", "true")
+        try:
+            wait_for(lambda: proc.poll() is not None or conn.execute(
+                "SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE query LIKE '%%queue.maintain_now()%%'"
+                "   AND pid <> pg_catalog.pg_backend_pid()").fetchone()[0] > 0)
+            assert proc.poll() is None, "the worker exited while maintain_now() was busy: " + proc.communicate()[1]
+        finally:
+            holder.rollback()
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert counts(conn, "wf.busy") == {"done": 1}, err
+
+
 def test_no_maintain_leaves_an_expired_lease_to_whoever_maintains_the_queue(url: str, conn: psycopg.Connection) -> None:
     """--no-maintain (pg_cron or `skiplock maintain` does it): even --until-empty, which otherwise
     recovers expired leases first, leaves the dead worker's task running and exits 0."""

@@ -30,6 +30,8 @@ FINAL = ("done", "fatal", "cancelled")
 PAGE = 50                  # rows of a task list
 PAYLOAD_SHOWN = 20_000     # characters of a payload or result a page shows
 BULK_CHUNK = 500           # tasks one bulk transaction retries or cancels
+SAMPLE_PAGES = 250         # pages of live tasks the overview's counts read on a large queue (queue.live_counts)
+RECENT_ROWS = 1000         # a stage's newest runs the overview counts; more in the last minute: scaled from their span
 
 # The stages the login may not see: restricted ones (grant_stage) unless it is a member of a role
 # granted on them, or of skiplock_admin. The views leave their rows out themselves
@@ -57,9 +59,10 @@ def who(conn: psycopg.Connection) -> Who:
 
 def overview(conn: psycopg.Connection) -> list[dict[str, Any]]:
     """One row a visible stage (configured, with live tasks or schedules, or with runs in the last
-    day): live counts and lag (queue.live_counts: exact on a small table, from a block sample on a
-    large one, with estimated true), the last minute's finishes (one range scan of history's
-    (stage, finished) index), pause and limits."""
+    day): live counts and lag (queue.live_counts: exact on a small table, from a block sample of
+    SAMPLE_PAGES pages on a large one, with estimated true), the last minute's finishes (a range of
+    history's (stage, finished) index, at most RECENT_ROWS rows a stage: a busier stage's rate is
+    scaled from the span of its newest RECENT_ROWS runs, estimated true), pause and limits."""
     cur = conn.cursor(row_factory=dict_row)
     return cur.execute(f"""
         WITH {HIDDEN},
@@ -67,7 +70,7 @@ def overview(conn: psycopg.Connection) -> list[dict[str, Any]]:
             SELECT c.stage, c.paused, c.max_running, c.group_limit, c.restricted FROM queue.stage_config c),
         live AS MATERIALIZED (   -- estimated from a sample on a large table (queue.live_counts), running exact
             SELECT l.stage, l.ready, l.scheduled, l.running, l.error, l.lag, l.estimated
-              FROM queue.live_counts() l),
+              FROM queue.live_counts(%(sample_pages)s) l),
         stages AS (
             SELECT st.stage, coalesce(c.paused, d.paused) AS paused, coalesce(c.max_running, d.max_running) AS max_running,
                    coalesce(c.group_limit, d.group_limit) AS group_limit, coalesce(c.restricted, false) AS restricted
@@ -77,25 +80,38 @@ def overview(conn: psycopg.Connection) -> list[dict[str, Any]]:
               LEFT JOIN config c ON c.stage = st.stage
               LEFT JOIN config d ON d.stage = '*'
              WHERE st.stage NOT IN (SELECT x.stage FROM hidden x)),
-        recent AS (
-            SELECT t.stage,
-                   pg_catalog.count(*) FILTER (WHERE t.status = 'done') AS done,
-                   pg_catalog.count(*) FILTER (WHERE t.status = 'fatal') AS fatal,
-                   pg_catalog.count(*) FILTER (WHERE t.status = 'cancelled') AS cancelled
-              FROM queue.tasks t
-             WHERE t.stage = ANY (ARRAY(SELECT s.stage FROM stages s))   -- the index's leading column
-               AND t.finished > pg_catalog.now() - interval '1 minute'
-               AND t.finished <= pg_catalog.now()                          -- prunes the partitions made ahead
-             GROUP BY t.stage)
+        recent AS (   -- each stage's newest runs of the last minute, at most RECENT_ROWS of them
+            SELECT s.stage, r.runs, r.oldest, r.done, r.fatal, r.cancelled
+              FROM stages s
+              CROSS JOIN LATERAL (
+                    SELECT pg_catalog.count(*) AS runs, pg_catalog.min(t.finished) AS oldest,
+                           pg_catalog.count(*) FILTER (WHERE t.status = 'done') AS done,
+                           pg_catalog.count(*) FILTER (WHERE t.status = 'fatal') AS fatal,
+                           pg_catalog.count(*) FILTER (WHERE t.status = 'cancelled') AS cancelled
+                      FROM (SELECT t.status, t.finished
+                              FROM queue.tasks t
+                             WHERE t.stage = s.stage
+                               AND t.finished > pg_catalog.now() - interval '1 minute'
+                               AND t.finished <= pg_catalog.now()     -- prunes the partitions made ahead
+                             ORDER BY t.finished DESC
+                             LIMIT %(recent_rows)s) t) r),
+        rate AS (   -- per minute: counted, or scaled from the span of the newest RECENT_ROWS
+            SELECT r.stage, r.runs >= %(recent_rows)s AS scaled,
+                   CASE WHEN r.runs >= %(recent_rows)s
+                        THEN 60 / GREATEST(pg_catalog.date_part('epoch', pg_catalog.now() - r.oldest), 0.001)
+                        ELSE 1 END AS per_min,
+                   r.done, r.fatal, r.cancelled
+              FROM recent r)
         SELECT s.stage, s.paused, s.max_running, s.group_limit, s.restricted,
                coalesce(l.ready, 0) AS ready, coalesce(l.scheduled, 0) AS scheduled, coalesce(l.running, 0) AS running,
-               coalesce(l.error, 0) AS error, l.lag, coalesce(l.estimated, false) AS estimated,
-               coalesce(r.done, 0) AS done_per_min, coalesce(r.fatal, 0) AS failed_per_min,
-               coalesce(r.cancelled, 0) AS cancelled_per_min
+               coalesce(l.error, 0) AS error, l.lag, coalesce(l.estimated, false) OR r.scaled AS estimated,
+               pg_catalog.round(r.done * r.per_min)::bigint AS done_per_min,
+               pg_catalog.round(r.fatal * r.per_min)::bigint AS failed_per_min,
+               pg_catalog.round(r.cancelled * r.per_min)::bigint AS cancelled_per_min
           FROM stages s
           LEFT JOIN live l ON l.stage = s.stage
-          LEFT JOIN recent r ON r.stage = s.stage
-         ORDER BY s.stage""").fetchall()
+          JOIN rate r ON r.stage = s.stage
+         ORDER BY s.stage""", {"recent_rows": RECENT_ROWS, "sample_pages": SAMPLE_PAGES}).fetchall()
 
 
 def hourly(conn: psycopg.Connection, hours: int = 24, stage: str | None = None) -> list[dict[str, Any]]:

@@ -1,6 +1,9 @@
-"""The dashboard's task lists filtered by a rare final status (fatal, cancelled): read hour by hour
-where queue.hourly counts such runs, then, on the "older" page, history older than those 7 days.
-Paging must still walk every such run once, newest first, whatever hours they fell in."""
+"""The dashboard's reads that stay bounded on a large queue (skiplock/ops.py), against real rows:
+- task lists filtered by a rare final status (fatal, cancelled) read history hour by hour where
+  queue.hourly counts such runs, then, on the "older" page, history older than those 7 days; paging
+  must still walk every such run once, newest first, whatever hours they fell in;
+- the overview's runs per minute count at most RECENT_ROWS rows a stage, a busier stage's rate
+  scaled from the span of its newest runs (marked estimated)."""
 
 from __future__ import annotations
 
@@ -61,3 +64,17 @@ def test_a_stage_without_the_status_reads_an_empty_page_and_offers_only_what_is_
     assert rows == [] and cursor, "the 7 days hold none: an empty page, and a link to the older history"
     seen, pages = walk(conn, "pg.old", "fatal")
     assert seen == expected(conn, "pg.old", "fatal") and len(seen) == 3 and pages == 2
+
+
+def test_the_overview_counts_a_quiet_stage_and_scales_a_busy_one(conn: psycopg.Connection) -> None:
+    for stage in ("ov.quiet", "ov.busy"):    # listed as configured (runs are listed once rolled up)
+        conn.execute("SELECT queue.configure_stage(%s, max_attempts => 5)", (stage,))
+    add(conn, "ov.quiet", "done", 7, 70_000, "1 second", "40 seconds")
+    add(conn, "ov.quiet", "fatal", 2, 71_000, "1 second", "40 seconds")
+    busy = 4 * ops.RECENT_ROWS    # finished over the last 40 s: 6 a minute for every 1 of them
+    add(conn, "ov.busy", "done", busy, 80_000, "0 seconds", "40 seconds")
+    rows = {r["stage"]: r for r in ops.overview(conn)}
+    quiet, loud = rows["ov.quiet"], rows["ov.busy"]
+    assert (quiet["done_per_min"], quiet["failed_per_min"], quiet["estimated"]) == (7, 2, False)
+    assert loud["estimated"] is True
+    assert 0.75 * busy * 1.5 <= loud["done_per_min"] <= 1.25 * busy * 1.5, loud

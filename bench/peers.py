@@ -15,6 +15,7 @@ section as it was.
 
     python -m bench.peers                      # W1, W2, W2b at 4 and 16 clients, 10 s a cell
     python -m bench.peers --seconds 3 --clients 4 --only W1   # a quick look
+    python -m bench.peers --only W2 --clients 16 --seconds 60 --systems skiplock,graphile   # long cells
     python -m bench.peers --report bench/out/peers-….json   # PEERS.md again from a run's figures
 """
 
@@ -383,6 +384,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=10, help="length of a cell (default 10 s)")
     parser.add_argument("--clients", default="4,16", help="client counts, comma-separated (default 4,16)")
     parser.add_argument("--only", help=f"workloads out of {','.join(WORKLOADS)}")
+    parser.add_argument("--systems", help="systems out of skiplock,graphile,procrastinate,pgq,bounds (default all)")
     parser.add_argument("--no-publish", action="store_true", help="write bench/out/PEERS.md only")
     parser.add_argument("--report", metavar="JSON", help="only write PEERS.md again from a run's bench/out/peers-*.json")
     return parser.parse_args(argv)
@@ -416,7 +418,8 @@ def main(argv: list[str] | None = None) -> int:
             for workload in WORKLOADS:
                 if workload not in only:
                     continue
-                mine = [p for p in plans() if p.workload == workload and p.system.name in ok]
+                mine = [p for p in plans() if p.workload == workload and p.system.name in ok
+                        and (not args.systems or p.system.name in args.systems.split(","))]
                 for n in sorted({c for p in mine for c in (p.clients or clients)}):
                     for plan in mine:
                         if n not in (plan.clients or clients):

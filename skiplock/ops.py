@@ -31,7 +31,7 @@ PAGE = 50                  # rows of a task list
 PAYLOAD_SHOWN = 20_000     # characters of a payload or result a page shows
 BULK_CHUNK = 500           # tasks one bulk transaction retries or cancels
 SAMPLE_PAGES = 250         # pages of live tasks the overview's counts read on a large queue (queue.live_counts)
-RECENT_ROWS = 1000         # a stage's newest runs the overview counts; more in the last minute: scaled from their span
+RECENT_ROWS = 200          # a stage's newest runs the overview counts; more in the last minute: scaled from their span
 
 # The stages the login may not see: restricted ones (grant_stage) unless it is a member of a role
 # granted on them, or of skiplock_admin. The views leave their rows out themselves

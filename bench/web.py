@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.throughput:
             with psycopg.connect(admin, autocommit=True) as conn:  # the workers take from the backlog: seed again next time
                 conn.execute(f'COMMENT ON DATABASE "{DBNAME}" IS NULL')
-            ratios = []
+            ratios, totals = [], [0.0, 0.0]
             for i in range(args.pairs):  # alternately first: what a run leaves behind (dead rows) weighs on both
                 if i % 2 == 0:
                     alone = throughput(url, args.workers, args.throughput, False, args.stages)
@@ -252,10 +252,12 @@ def main(argv: list[str] | None = None) -> int:
                     watched = throughput(url, args.workers, args.throughput, True, args.stages)
                     alone = throughput(url, args.workers, args.throughput, False, args.stages)
                 ratios.append(watched / alone)
+                totals[0], totals[1] = totals[0] + alone, totals[1] + watched
                 say(f"- {args.workers} workers, {args.throughput:.0f} s each: {alone:,.0f} tasks/s alone, {watched:,.0f} tasks/s "
                     f"with the dashboard refreshing every 2 s: ratio {watched / alone:.3f}")
             say(f"- ratio with / without the dashboard, median of {len(ratios)}: {statistics.median(ratios):.3f} "
-                f"({(1 - statistics.median(ratios)) * 100:+.1f} % slower)")
+                f"({(1 - statistics.median(ratios)) * 100:+.1f} % slower); all runs with over all without: "
+                f"{totals[1] / totals[0]:.3f}")
         if args.out:
             with open(args.out, "w") as f:
                 f.write("\n".join(report) + "\n")

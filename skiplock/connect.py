@@ -67,12 +67,27 @@ def require_session(command: str) -> None:
 
 def connect(url: str, **kwargs: Any) -> psycopg.Connection:
     """psycopg.connect (autocommit unless told otherwise), with server-side prepares off under
-    transaction pooling."""
+    transaction pooling, and statement names of its own (unique_statement_names)."""
     import psycopg
     kwargs.setdefault("autocommit", True)
     if not has_sessions():
         kwargs["prepare_threshold"] = None
-    return psycopg.connect(url, **kwargs)
+    return unique_statement_names(psycopg.connect(url, **kwargs))
+
+
+def unique_statement_names(conn: psycopg.Connection) -> psycopg.Connection:
+    """Start the names of the statements psycopg prepares on conn (_pg3_0, _pg3_1, … on every
+    connection) at a random number: through a pooler in transaction mode that nobody announced, a
+    name we prepared must never meet another client's statement of that name on a server
+    connection, where it would run their statement with our parameters. psycopg has no public
+    setting for the names; where its counter is not found, conn prepares nothing."""
+    import secrets
+    manager: Any = getattr(conn, "_prepared", None)
+    if isinstance(getattr(manager, "_prepared_idx", None), int):
+        manager._prepared_idx = secrets.randbelow(1 << 62)
+    else:
+        conn.prepare_threshold = None
+    return conn
 
 
 def listen(conn: psycopg.Connection, channel: str) -> bool:

@@ -77,6 +77,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from skiplock import tracing
+from skiplock.connect import unique_statement_names
 from skiplock.errors import prepared_lost, refused_login, transient
 
 log = logging.getLogger("skiplock.worker")
@@ -273,7 +274,8 @@ class _Db:
             conn = None
             try:
                 sessions = self.worker.sessions
-                conn = psycopg.connect(self.worker.url, autocommit=True, prepare_threshold=5 if sessions else None)
+                conn = unique_statement_names(
+                    psycopg.connect(self.worker.url, autocommit=True, prepare_threshold=5 if sessions else None))
                 self.listening = False
                 if self.listen and sessions:  # notifications sent while we were away are lost: the caller takes now
                     for stage in self.worker.stages:

@@ -59,6 +59,7 @@
 // TASK_TIMEOUT seconds (none), CONCURRENCY (1), SKIPLOCK_POOLER (none, session or transaction).
 // A bad value prints a message and exits 2.
 
+const crypto = require('node:crypto');
 const os = require('node:os');
 const { Client, DatabaseError } = require('pg');
 
@@ -307,9 +308,13 @@ class Worker {
     }
   }
 
-  // node-postgres prepares a named statement the first time a connection runs it.
+  // node-postgres prepares a named statement the first time a connection runs it. The name is a
+  // hash of the text: through a pooler in transaction mode that nobody announced, a server
+  // connection may hold another client's statement of a name, and then it is this very statement.
   statementName(text) {
-    if (!this.statements.has(text)) this.statements.set(text, `skiplock_${this.statements.size + 1}`);
+    if (!this.statements.has(text)) {
+      this.statements.set(text, `skiplock_${crypto.createHash('sha256').update(text).digest('hex').slice(0, 32)}`);
+    }
     return this.statements.get(text);
   }
 

@@ -28,7 +28,7 @@ import psycopg
 import pytest
 
 from dev.testrun import create_database, drop_database
-from skiplock import migrate
+from skiplock import connect, migrate
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_clients import LANGUAGES, ClientWorker, node_ready, produce, wait_until  # noqa: E402,F401
@@ -158,6 +158,37 @@ def history(direct: str, stage: str) -> list[tuple]:
 
 
 # -- the failure the issue reported, and that the setting removes ------------------------------------
+
+def test_statements_are_prepared_under_names_of_the_connections_own(bouncers: dict[str, Bouncer], direct: str) -> None:
+    """psycopg names what it prepares _pg3_0, _pg3_1, … on every connection. skiplock's connections
+    start at a random number, so that through a pooler in transaction mode nobody announced, a name
+    of ours never meets another client's statement on a server connection (which would run their
+    statement with our parameters: a wrong answer, not an error). Two clients that prepare a
+    statement each of the same shape through the pooler get only right answers."""
+    def own(url: str) -> psycopg.Connection:   # what skiplock.connect and the worker library open
+        return connect.unique_statement_names(psycopg.connect(url, autocommit=True))
+
+    names = []
+    for _ in range(2):
+        with own(direct) as conn:
+            for n in range(6):
+                conn.execute("SELECT %s::int + 1", (n,)).fetchone()
+            names += [r[0] for r in conn.execute("SELECT name FROM pg_catalog.pg_prepared_statements")]
+    assert len(names) == 2 and len(set(names)) == 2 and "_pg3_0" not in names, names
+    url = pooled_url(bouncers, "transaction", direct)
+    wrong, errors = [], []
+    with own(url) as a, own(url) as b:
+        for n in range(40):
+            for conn, add in ((a, 1), (b, 2)):
+                try:
+                    got = conn.execute(f"SELECT %s::int + {add}", (n,)).fetchone()
+                    if got != (n + add,):
+                        wrong.append((n, add, got))
+                except psycopg.Error as e:
+                    errors.append(e.sqlstate)
+    assert not wrong, wrong
+    assert set(errors) <= {"26000", "42P05"}, errors   # what the worker takes for a pooler (prepared_lost)
+
 
 def test_prepared_statements_break_through_transaction_pooling(bouncers: dict[str, Bouncer], direct: str) -> None:
     """Two psycopg clients with default settings: the sixth run of a statement prepares it on a

@@ -12,6 +12,11 @@ Lists of live tasks filter on `finished IS NULL`: in queue.tasks the live branch
 NULL by construction and history is partitioned by finished, so the history branch is pruned to
 its default partition. Lists of finished tasks filter on `finished IS NOT NULL`, which drops the
 live branch, and page by (finished, id) along history's (stage, finished) index.
+
+The web and the CLI often run as an admin or a superuser whose search_path holds a schema other
+roles may create in (PostgreSQL 14's public): a comparison for whose types pg_catalog has no exact
+operator (the enum queue.task_status against a literal) is written OPERATOR(pg_catalog.=) with a
+cast, or another role's exact-typed `=` there would run with the caller's rights (issue 54, item 1).
 """
 
 from __future__ import annotations
@@ -85,9 +90,9 @@ def overview(conn: psycopg.Connection) -> list[dict[str, Any]]:
               FROM stages s
               CROSS JOIN LATERAL (
                     SELECT pg_catalog.count(*) AS runs, pg_catalog.min(t.finished) AS oldest,
-                           pg_catalog.count(*) FILTER (WHERE t.status = 'done') AS done,
-                           pg_catalog.count(*) FILTER (WHERE t.status = 'fatal') AS fatal,
-                           pg_catalog.count(*) FILTER (WHERE t.status = 'cancelled') AS cancelled
+                           pg_catalog.count(*) FILTER (WHERE t.status OPERATOR(pg_catalog.=) 'done'::queue.task_status) AS done,
+                           pg_catalog.count(*) FILTER (WHERE t.status OPERATOR(pg_catalog.=) 'fatal'::queue.task_status) AS fatal,
+                           pg_catalog.count(*) FILTER (WHERE t.status OPERATOR(pg_catalog.=) 'cancelled'::queue.task_status) AS cancelled
                       FROM (SELECT t.status, t.finished
                               FROM queue.tasks t
                              WHERE t.stage = s.stage
@@ -170,12 +175,12 @@ def tasks(conn: psycopg.Connection, stage: str, f: Filters, limit: int = PAGE) -
              "(%(err)s::text IS NULL OR pg_catalog.strpos(t.error_text, %(err)s) > 0)",
              "(%(id)s::bigint IS NULL OR t.id = %(id)s)"]
     if f.status == "scheduled":
-        where.append("t.status = 'ready' AND t.run_at > pg_catalog.now()")
+        where.append("t.status OPERATOR(pg_catalog.=) 'ready'::queue.task_status AND t.run_at > pg_catalog.now()")
     elif f.status == "ready":
-        where.append("t.status = 'ready' AND t.run_at <= pg_catalog.now()")
+        where.append("t.status OPERATOR(pg_catalog.=) 'ready'::queue.task_status AND t.run_at <= pg_catalog.now()")
     elif f.status != "live":
         args["status"] = f.status
-        where.append("t.status = %(status)s::queue.task_status")
+        where.append("t.status OPERATOR(pg_catalog.=) %(status)s::queue.task_status")
     if final:
         order = "t.finished DESC, t.id DESC"
         if f.before:
@@ -371,7 +376,7 @@ def retry_where(conn: psycopg.Connection, stage: str, error: str | None = None, 
             "                                       ELSE pg_catalog.strpos(t.error_text, %(err)s) > 0 END)"
             "   AND (%(last)s::bigint IS NULL OR t.id > %(last)s)"
             "   AND NOT EXISTS (SELECT FROM queue.tasks l WHERE l.id = t.id AND l.stage = t.stage"
-            "                      AND ((l.finished IS NULL AND l.status <> 'error') OR l.finished > t.finished))"
+            "                      AND ((l.finished IS NULL AND l.status OPERATOR(pg_catalog.<>) 'error'::queue.task_status) OR l.finished > t.finished))"
             " ORDER BY t.id LIMIT %(chunk)s",
             {"stage": stage, "statuses": statuses, "err": error, "exact": exact, "last": last,
              "chunk": BULK_CHUNK}).fetchall()]

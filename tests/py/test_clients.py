@@ -591,6 +591,89 @@ def test_client_waits_out_a_share_lock_past_its_statement_timeout(reconnecting_l
     assert "statement timeout" in worker.log() and "retrying" in worker.log(), worker.log()
 
 
+def test_client_retries_a_lock_timeout_against_compact(reconnecting_language: str, url: str) -> None:
+    """lock_timeout = 10ms for the worker's login while an admin compacts (ACCESS EXCLUSIVE held
+    0.2 s, every 0.5 s): 55P03 on a take, a heartbeat or a finish is tried again; every task done
+    once, at attempt 1 (issue 54, item 9, as skiplock worker's test_a_lock_timeout_against_compact_is_retried)."""
+    language = reconnecting_language
+    stage = f"faults_compact_{language}"
+    halt = threading.Event()
+    compactions = 0
+
+    def compact() -> None:
+        nonlocal compactions
+        with psycopg.connect(url, autocommit=True) as c:
+            while not halt.wait(0.3):
+                with c.transaction():
+                    c.execute("LOCK TABLE queue.live_tasks IN ACCESS EXCLUSIVE MODE")
+                    c.execute("SELECT queue.compact()")
+                    time.sleep(0.2)
+                compactions += 1
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        w_url = fault_login(conn, url, f"faults_compact_{language}", "lock_timeout = '10ms'")
+        ids = produce(language, url, stage, [{"sleep": 0.01} for _ in range(300)])
+        worker = ClientWorker(language, w_url, stage, BATCH=5, LEASE=60, IDLE_WAIT=0.5, MAINTAIN_EVERY=0)
+        t = threading.Thread(target=compact, daemon=True)
+        t.start()
+        try:
+            wait_until("every task done", lambda: conn.execute(
+                "SELECT count(*) = 300 FROM queue.history WHERE stage = %s", (stage,)).fetchone()[0], 300, worker)
+        finally:
+            halt.set()
+            t.join(60)
+            code = worker.stop()
+        rows = conn.execute("SELECT count(*), max(attempt) FROM queue.history WHERE stage = %s AND status = 'done'",
+                            (stage,)).fetchone()
+    assert code == 0, worker.log()
+    assert compactions >= 2, compactions
+    assert rows == (len(ids), 1), worker.log()
+    assert "lock timeout" in worker.log() and "retrying" in worker.log(), worker.log()
+
+
+def test_client_retries_a_finish_on_a_full_disk_while_the_lease_holds(reconnecting_language: str, url: str) -> None:
+    """53100 on every finish of the stage for 4 s (a trigger raising the server's SQLSTATE on the
+    history insert, as test_worker_faults.py's disk-full test does), then space again: the finishes
+    are tried again while their leases hold; every task done once, at attempt 1 (issue 54, item 9)."""
+    language = reconnecting_language
+    stage = f"faults_disk_{language}"
+    flag = f"faults_disk_{language}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE IF NOT EXISTS public.{flag} (is_full boolean)")
+        conn.execute(f"TRUNCATE public.{flag}; INSERT INTO public.{flag} VALUES (false)")
+        conn.execute(f"GRANT SELECT ON public.{flag} TO skiplock_owner")  # the trigger runs as finish's owner
+        conn.execute(f"""
+            CREATE OR REPLACE FUNCTION public.{flag}() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF (SELECT d.is_full FROM public.{flag} d) AND NEW.stage = '{stage}' THEN
+                    RAISE EXCEPTION 'could not extend file: No space left on device' USING ERRCODE = '53100';
+                END IF;
+                RETURN NEW;
+            END $$""")
+        conn.execute(f"DROP TRIGGER IF EXISTS {flag} ON queue.history")
+        conn.execute(f"CREATE TRIGGER {flag} BEFORE INSERT ON queue.history FOR EACH ROW EXECUTE FUNCTION public.{flag}()")
+        try:
+            ids = produce(language, url, stage, [{"sleep": 0.01} for _ in range(300)])
+            worker = ClientWorker(language, url, stage, BATCH=5, LEASE=60, IDLE_WAIT=0.5, MAINTAIN_EVERY=0)
+            try:
+                wait_until("some tasks done", lambda: conn.execute(
+                    "SELECT count(*) >= 20 FROM queue.history WHERE stage = %s", (stage,)).fetchone()[0], 60, worker)
+                conn.execute(f"UPDATE public.{flag} SET is_full = true")
+                time.sleep(4)
+                conn.execute(f"UPDATE public.{flag} SET is_full = false")
+                wait_until("every task done", lambda: conn.execute(
+                    "SELECT count(*) = 300 FROM queue.history WHERE stage = %s", (stage,)).fetchone()[0], 120, worker)
+            finally:
+                code = worker.stop()
+        finally:
+            conn.execute(f"DROP TRIGGER IF EXISTS {flag} ON queue.history")
+        rows = conn.execute("SELECT count(*), max(attempt) FROM queue.history WHERE stage = %s AND status = 'done'",
+                            (stage,)).fetchone()
+    assert code == 0, worker.log()
+    assert rows == (len(ids), 1), worker.log()
+    assert "No space left on device" in worker.log() and "retrying" in worker.log(), worker.log()
+
+
 def test_client_ends_in_one_line_on_a_revoked_grant(reconnecting_language: str, url: str) -> None:
     language = reconnecting_language
     with psycopg.connect(url, autocommit=True) as conn:

@@ -225,6 +225,23 @@ def test_a_login_that_cannot_pass_ends_the_worker_in_one_line(url: str, conn: ps
     assert counts(conn, "wf.revoked") == {"ready": 3}
 
 
+def test_a_refused_login_and_a_database_without_skiplock_end_the_worker_in_one_line(url: str, admin_url: str) -> None:
+    """The other two cases that do not pass by waiting (issue 54, item 9): a login the server refuses
+    and a database without skiplock. Exit 1 at once (no retry), one line that says why."""
+    bare = dev.testrun.create_database(admin_url, "test_worker_faults_bare")
+    try:
+        for db, why in ((psycopg.conninfo.make_conninfo(url, user="wf_no_such_role"), 'role "wf_no_such_role" does not exist'),
+                        (bare, "run `skiplock upgrade`")):
+            proc = worker(db, "wf.refused", "-c", "2", "--", "true")
+            _, err = proc.communicate(timeout=120)
+            assert proc.returncode == 1, err
+            lines = err.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("skiplock worker: ") and why in lines[0], err
+            assert "retrying" not in err, err
+    finally:
+        dev.testrun.drop_database(admin_url, bare)
+
+
 def test_timeout_kills_a_hung_command_and_fails_its_attempt(url: str, conn: psycopg.Connection) -> None:
     conn.execute("SELECT queue.configure_stage('wf.hung', max_attempts => 2, backoff_base => '0')")
     enqueue(conn, "wf.hung", 1)

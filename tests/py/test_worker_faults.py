@@ -377,18 +377,24 @@ def test_a_worker_killed_with_kill_9_has_its_task_back_elsewhere(url: str, conn:
     assert conn.execute("SELECT attempt FROM queue.tasks WHERE stage = 'wf.kill9'").fetchone()[0] == 2
 
 
-def test_until_empty_recovers_expired_leases_first(url: str, conn: psycopg.Connection) -> None:
-    conn.execute("SELECT queue.configure_stage('wf.expired', backoff_base => '0')")  # due again at once
-    enqueue(conn, "wf.expired", 1)
-    a = worker(url, "wf.expired", "--lease", "1", "--no-maintain", "--", "sleep", "600")
+def dead_worker_holding(conn: psycopg.Connection, url: str, stage: str) -> None:
+    """One task of the stage taken by a worker (lease 1 s, no maintenance) killed with SIGKILL; returns
+    once its lease has expired (the task still running: nobody maintains the queue yet)."""
+    conn.execute("SELECT queue.configure_stage(%s, backoff_base => '0')", (stage,))  # due again at once
+    enqueue(conn, stage, 1)
+    a = worker(url, stage, "--lease", "1", "--no-maintain", "--", "sleep", "600")
     try:
-        wait_for(lambda: counts(conn, "wf.expired") == {"running": 1})
+        wait_for(lambda: counts(conn, stage) == {"running": 1})
         os.kill(a.pid, signal.SIGKILL)
         a.wait(timeout=30)
     finally:
         a.kill()
-    wait_for(lambda: conn.execute("SELECT lease_expires < now() FROM queue.live_tasks "
-                                  "WHERE stage = 'wf.expired'").fetchone()[0] is True)
+    wait_for(lambda: conn.execute("SELECT lease_expires < now() FROM queue.live_tasks WHERE stage = %s",
+                                  (stage,)).fetchone()[0] is True)
+
+
+def test_until_empty_recovers_expired_leases_first(url: str, conn: psycopg.Connection) -> None:
+    dead_worker_holding(conn, url, "wf.expired")
     proc = worker(url, "wf.expired", "--until-empty", "--", "true")
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
@@ -399,17 +405,7 @@ def test_until_empty_waits_for_a_maintain_now_another_session_runs(url: str, con
     """--until-empty while another session holds maintain_now()'s lock (its reap may have begun
     before the dead worker's lease ran out): the worker tries again once the lock is free, instead
     of taking "no row" for "nothing to recover" and exiting with the task still running."""
-    conn.execute("SELECT queue.configure_stage('wf.busy', backoff_base => '0')")
-    enqueue(conn, "wf.busy", 1)
-    a = worker(url, "wf.busy", "--lease", "1", "--no-maintain", "--", "sleep", "600")
-    try:
-        wait_for(lambda: counts(conn, "wf.busy") == {"running": 1})
-        os.kill(a.pid, signal.SIGKILL)
-        a.wait(timeout=30)
-    finally:
-        a.kill()
-    wait_for(lambda: conn.execute("SELECT lease_expires < now() FROM queue.live_tasks "
-                                  "WHERE stage = 'wf.busy'").fetchone()[0] is True)
+    dead_worker_holding(conn, url, "wf.busy")
     with psycopg.connect(url) as holder:   # a transaction holding the lock maintain_now() tries
         holder.execute("SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('skiplock.worker_maintain', 0))")
         proc = worker(url, "wf.busy", "--until-empty", "--", "true")
@@ -428,17 +424,7 @@ def test_until_empty_waits_for_a_maintain_now_another_session_runs(url: str, con
 def test_no_maintain_leaves_an_expired_lease_to_whoever_maintains_the_queue(url: str, conn: psycopg.Connection) -> None:
     """--no-maintain (pg_cron or `skiplock maintain` does it): even --until-empty, which otherwise
     recovers expired leases first, leaves the dead worker's task running and exits 0."""
-    conn.execute("SELECT queue.configure_stage('wf.nomaint', backoff_base => '0')")
-    enqueue(conn, "wf.nomaint", 1)
-    a = worker(url, "wf.nomaint", "--lease", "1", "--no-maintain", "--", "sleep", "600")
-    try:
-        wait_for(lambda: counts(conn, "wf.nomaint") == {"running": 1})
-        os.kill(a.pid, signal.SIGKILL)
-        a.wait(timeout=30)
-    finally:
-        a.kill()
-    wait_for(lambda: conn.execute("SELECT lease_expires < now() FROM queue.live_tasks "
-                                  "WHERE stage = 'wf.nomaint'").fetchone()[0] is True)
+    dead_worker_holding(conn, url, "wf.nomaint")
     proc = worker(url, "wf.nomaint", "--until-empty", "--no-maintain", "--", "true")
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err

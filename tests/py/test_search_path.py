@@ -12,6 +12,7 @@ queue.task_status, which a role with any skiplock role can make, must not run th
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -31,20 +32,24 @@ SHADOWED = [
 ]
 
 
-@pytest.fixture
-def attacker(empty_db: str) -> Iterator[str]:
-    """A login with CREATE on public, its shadows in place; yields the log table's name."""
-    role = f"sp_attacker_{uuid.uuid4().hex[:8]}"
-    log = "sp_shadow_log"
-    with psycopg.connect(empty_db, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+@contextlib.contextmanager
+def shadowing_login(db: str, prefix: str, shadows: list[tuple[str, str, str, str, str]],
+                    member_of: str = "") -> Iterator[str]:
+    """A login (a member of member_of, if given) with CREATE on public whose operators shadow, for
+    the exact types (op, left, right), pg_catalog's (compared as l2 op r2) and log each call in a
+    table of its own; yields the log table's name."""
+    role = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    log = f"{prefix}_log"
+    with psycopg.connect(db, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN" + (" IN ROLE " + member_of if member_of else ""))
+                      .format(sql.Identifier(role)))
         admin.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(role)))
     try:
-        with psycopg.connect(psycopg.conninfo.make_conninfo(empty_db, user=role), autocommit=True) as c:
+        with psycopg.connect(psycopg.conninfo.make_conninfo(db, user=role), autocommit=True) as c:
             c.execute(sql.SQL("CREATE TABLE public.{} (who text, what text)").format(sql.Identifier(log)))
             c.execute(sql.SQL("GRANT INSERT ON public.{} TO PUBLIC").format(sql.Identifier(log)))
-            for n, (op, left, right, l2, r2) in enumerate(SHADOWED):
-                fn = f"sp_shadow_{n}"
+            for n, (op, left, right, l2, r2) in enumerate(shadows):
+                fn = f"{prefix}_{n}"
                 c.execute(sql.SQL(
                     "CREATE FUNCTION public.{fn}(a {l}, b {r}) RETURNS bool LANGUAGE sql AS $f$ "
                     "INSERT INTO public.{log} VALUES (current_user, {what}); "
@@ -55,9 +60,16 @@ def attacker(empty_db: str) -> Iterator[str]:
                           .format(op=sql.SQL(op), l=sql.SQL(left), r=sql.SQL(right), fn=sql.Identifier(fn)))
         yield log
     finally:
-        with psycopg.connect(empty_db, autocommit=True) as admin:
+        with psycopg.connect(db, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
             admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+@pytest.fixture
+def attacker(empty_db: str) -> Iterator[str]:
+    """A login with CREATE on public, its shadows in place; yields the log table's name."""
+    with shadowing_login(empty_db, "sp_shadow", SHADOWED) as log:
+        yield log
 
 
 def test_a_migration_runs_no_operator_another_role_put_on_its_search_path(empty_db: str, attacker: str) -> None:
@@ -81,35 +93,14 @@ def test_a_migration_runs_no_operator_another_role_put_on_its_search_path(empty_
 # enum: pg_catalog compares it only with anyenum's operators, so a role with USAGE on schema queue
 # (any skiplock role) and CREATE on public makes an exact `=` and `<>` for it that win on any path
 # holding public, pg_catalog first or not.
-ENUM_SHADOWS = [("=", "status_eq"), ("<>", "status_ne")]
+ENUM_SHADOWS = [(op, "queue.task_status", "queue.task_status", "text", "text") for op in ("=", "<>")]
 
 
 @pytest.fixture
 def enum_attacker(db: str) -> Iterator[str]:
     """A skiplock_producer login with CREATE on public and its enum shadows; yields the log table."""
-    role = f"sp_enum_attacker_{uuid.uuid4().hex[:8]}"
-    log = "sp_enum_shadow_log"
-    with psycopg.connect(db, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE skiplock_producer").format(sql.Identifier(role)))
-        admin.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(role)))
-    try:
-        with psycopg.connect(psycopg.conninfo.make_conninfo(db, user=role), autocommit=True) as c:
-            c.execute(sql.SQL("CREATE TABLE public.{} (who text, what text)").format(sql.Identifier(log)))
-            c.execute(sql.SQL("GRANT INSERT ON public.{} TO PUBLIC").format(sql.Identifier(log)))
-            for op, fn in ENUM_SHADOWS:
-                c.execute(sql.SQL(
-                    "CREATE FUNCTION public.{fn}(a queue.task_status, b queue.task_status) RETURNS bool LANGUAGE sql AS $f$ "
-                    "INSERT INTO public.{log} VALUES (current_user, {what}); "
-                    "SELECT a::pg_catalog.text OPERATOR(pg_catalog.{op}) b::pg_catalog.text $f$").format(
-                        fn=sql.Identifier(fn), log=sql.Identifier(log), what=sql.Literal(f"task_status {op} task_status"),
-                        op=sql.SQL(op)))
-                c.execute(sql.SQL("CREATE OPERATOR public.{op} (LEFTARG = queue.task_status, RIGHTARG = queue.task_status, "
-                                  "FUNCTION = public.{fn})").format(op=sql.SQL(op), fn=sql.Identifier(fn)))
+    with shadowing_login(db, "sp_enum_shadow", ENUM_SHADOWS, member_of="skiplock_producer") as log:
         yield log
-    finally:
-        with psycopg.connect(db, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
-            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
 def exporter_queries() -> list[str]:

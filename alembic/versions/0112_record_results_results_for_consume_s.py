@@ -19,10 +19,12 @@ VERSIONS = Path(__file__).parent
 ALTERED = {}
 UPGRADE = [
     '0112_record_results_results_for_consume_s/functions/_raise_bad_argument.sql',
+    '0112_record_results_results_for_consume_s/functions/distribute.sql',
     '0112_record_results_results_for_consume_s/functions/record_results.sql',
 ]
 DOWNGRADE = [
     '0112_record_results_results_for_consume_s/downgrade/drop/functions/record_results.sql',
+    '0111_release_0_2_0/functions/distribute.sql',
     '0111_release_0_2_0/functions/_raise_bad_argument.sql',
 ]
 

@@ -3,7 +3,7 @@
 -- seen, another stage, already recorded) are skipped and counted out; every argument error.
 -- (Other transactions' consumed runs, from two sessions: tests/py/test_consume.py.)
 BEGIN;
-SELECT plan(31);
+SELECT plan(34);
 
 CREATE FUNCTION pg_temp.error_fields(sql text) RETURNS text[] LANGUAGE plpgsql AS $$
 DECLARE v_state text; v_message text; v_detail text; v_hint text;
@@ -67,6 +67,17 @@ SELECT results_eq($$SELECT t.result FROM queue.tasks t JOIN b_ids USING (id) ORD
 SELECT is(queue.record_results('cr.b', ARRAY(SELECT max(id) FROM b_ids), ARRAY['[1, 2]'::jsonb]), 1,
           'it can be recorded later in the transaction (a JSON array)');
 SELECT is(queue.record_results('cr.b', '{}', '{}'), 0, 'empty arrays record nothing');
+-- drain records its tasks as consume does: their results too.
+SELECT queue.enqueue('{"n": 8}', 'cr.d') AS d1 \gset
+SELECT is(queue.record_results('cr.d', ARRAY(SELECT id FROM queue.drain('cr.d', 5)), ARRAY['{"drained": 1}'::jsonb]), 1,
+          'a drained task''s result is recorded');
+SELECT is((SELECT result FROM queue.tasks WHERE id = :d1), '{"drained": 1}'::jsonb, 'and shown');
+
+-- A stage that keeps no history of done runs has no row to record.
+DO $$ BEGIN PERFORM queue.configure_stage('cr.n', history => 'none'); END $$;
+SELECT queue.enqueue('{"n": 9}', 'cr.n') AS n1 \gset
+SELECT is(queue.record_results('cr.n', ARRAY(SELECT id FROM queue.consume('cr.n')), ARRAY['{"lost": 1}'::jsonb]), 0,
+          'history ''none'': nothing to record (0)');
 
 -- Arguments ------------------------------------------------------------------------------------------------------
 SELECT throws_ok($$SELECT queue.record_results(NULL, '{1}', '{"{}"}')$$, '22004', NULL, 'a NULL stage raises 22004');

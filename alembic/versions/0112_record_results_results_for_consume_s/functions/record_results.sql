@@ -1,7 +1,7 @@
 -- record_results(stage, ids, results): the results of tasks this transaction consumed. After
--- consume(stage) and the work, in the same transaction: sets queue.history.result of each done run
--- of id[i] to results[i]. Only rows this transaction wrote are touched: done, in that stage, no
--- result yet, no SQL task, started at this transaction's now() (consume stamps it so) and inserted
+-- consume(stage) (or drain) and the work, in the same transaction: sets queue.history.result of the
+-- done run of ids[i] to results[i]. Only rows this transaction wrote are touched: done, in that stage,
+-- no result yet, no SQL task, started at this transaction's now() (consume stamps it so) and inserted
 -- by this transaction (xmin, the inserting transaction's id). Any other id is skipped: another
 -- transaction's consumed run, a run finished earlier, one already recorded, an unknown id, a NULL
 -- element of results. Rows consumed inside a savepoint carry the subtransaction's id and are

@@ -1,12 +1,13 @@
 -- record_results(stage, ids, results): the results of tasks this transaction consumed. After
 -- consume(stage) (or drain) and the work, in the same transaction: sets queue.history.result of the
--- done run of ids[i] to results[i]. Only rows this transaction wrote are touched: done, in that stage,
--- no result yet, no SQL task, started at this transaction's now() (consume stamps it so) and inserted
--- by this transaction (xmin, the inserting transaction's id). Any other id is skipped: another
--- transaction's consumed run, a run finished earlier, one already recorded, an unknown id, a NULL
--- element of results. Rows consumed inside a savepoint carry the subtransaction's id and are
--- skipped too: call consume at the transaction's top level. A stage that keeps no history of done
--- runs (history 'none', 'failures') has no row to record. Returns how many results it set.
+-- done run of ids[i] to results[i] (an id given twice: its first result). Only rows this
+-- transaction wrote are touched: done, in that stage, no result yet, no SQL task, started at this
+-- transaction's now() (consume stamps it so) and inserted by this transaction (xmin, the inserting
+-- transaction's id). Any other id is skipped: another transaction's consumed run, a run finished
+-- earlier, one already recorded, an unknown id, a NULL element of results. Rows consumed inside a
+-- savepoint carry the subtransaction's id and are skipped too: call consume at the transaction's
+-- top level. A stage that keeps no history of done runs (history 'none', 'failures') has no row to
+-- record. Returns how many results it set.
 -- Raises 22004 for a NULL stage, ids or results, 22023 for a bad stage, arrays of unequal length,
 -- more than 10000 ids or a JSON scalar result, 54000 for a result over 1 MiB, 42501 for a
 -- restricted stage the caller may not take from. Writes queue.history (row locks on those rows).
@@ -49,10 +50,13 @@ BEGIN
 
     UPDATE queue.history h
        SET result = r.result
-      FROM ROWS FROM (pg_catalog.unnest(record_results.ids), pg_catalog.unnest(record_results.results)) AS r(id, result)
+      FROM (SELECT DISTINCT ON (g.id) g.id, g.result  -- an id given twice: its first result
+              FROM ROWS FROM (pg_catalog.unnest(record_results.ids), pg_catalog.unnest(record_results.results))
+                   WITH ORDINALITY AS g(id, result, n)
+             WHERE g.result IS NOT NULL
+             ORDER BY g.id, g.n) AS r
      WHERE h.stage OPERATOR(pg_catalog.=) record_results.stage
        AND h.id OPERATOR(pg_catalog.=) r.id
-       AND r.result IS NOT NULL
        AND h.status OPERATOR(pg_catalog.=) 'done'
        AND h.result IS NULL
        AND h.run_as IS NULL

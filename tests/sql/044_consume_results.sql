@@ -3,7 +3,7 @@
 -- seen, another stage, already recorded) are skipped and counted out; every argument error.
 -- (Other transactions' consumed runs, from two sessions: tests/py/test_consume.py.)
 BEGIN;
-SELECT plan(34);
+SELECT plan(36);
 
 CREATE FUNCTION pg_temp.error_fields(sql text) RETURNS text[] LANGUAGE plpgsql AS $$
 DECLARE v_state text; v_message text; v_detail text; v_hint text;
@@ -67,6 +67,12 @@ SELECT results_eq($$SELECT t.result FROM queue.tasks t JOIN b_ids USING (id) ORD
 SELECT is(queue.record_results('cr.b', ARRAY(SELECT max(id) FROM b_ids), ARRAY['[1, 2]'::jsonb]), 1,
           'it can be recorded later in the transaction (a JSON array)');
 SELECT is(queue.record_results('cr.b', '{}', '{}'), 0, 'empty arrays record nothing');
+-- An id given twice gets its first result.
+SELECT queue.enqueue('{"n": 10}', 'cr.t') AS t1 \gset
+SELECT is(queue.record_results('cr.t', ARRAY(SELECT id FROM queue.consume('cr.t')) || ARRAY[:t1::bigint, :t1],
+                               ARRAY[NULL, '{"first": 1}', '{"second": 2}']::jsonb[]), 1,
+          'an id given three times is recorded once');
+SELECT is((SELECT result FROM queue.tasks WHERE id = :t1), '{"first": 1}'::jsonb, 'with its first non-NULL result');
 -- drain records its tasks as consume does: their results too.
 SELECT queue.enqueue('{"n": 8}', 'cr.d') AS d1 \gset
 SELECT is(queue.record_results('cr.d', ARRAY(SELECT id FROM queue.drain('cr.d', 5)), ARRAY['{"drained": 1}'::jsonb]), 1,

@@ -44,18 +44,33 @@ BEGIN
                   DETAIL = pg_catalog.format('%s ids, %s results.', pg_catalog.cardinality((arguments ->> 'id')::bigint[]),
                                              pg_catalog.cardinality(v_given::jsonb[])),
                   HINT = 'Pass one result per task, in the order of id (NULL for a task without one), or leave result out.';
-    ELSIF argument IN ('payloads[i]', 'result[i]') THEN
+    ELSIF caller = 'record_results' AND argument = 'ids, results' THEN
+        IF arguments ->> 'ids' IS NULL OR arguments ->> 'results' IS NULL THEN
+            RAISE EXCEPTION 'ids and results must not be NULL'
+                USING ERRCODE = '22004',
+                      DETAIL = pg_catalog.format('record_results was called with %s NULL.',
+                                                 pg_catalog.concat_ws(' and ', CASE WHEN arguments ->> 'ids' IS NULL THEN 'ids' END,
+                                                                      CASE WHEN arguments ->> 'results' IS NULL THEN 'results' END)),
+                      HINT = 'Pass the ids consume returned and one result for each, in the same order.';
+        END IF;
+        RAISE EXCEPTION 'ids and results must be arrays of the same length'
+            USING ERRCODE = '22023',
+                  DETAIL = pg_catalog.format('%s ids, %s results.', pg_catalog.cardinality((arguments ->> 'ids')::bigint[]),
+                                             pg_catalog.cardinality((arguments ->> 'results')::jsonb[])),
+                  HINT = 'Pass one result per id, in the order of ids (NULL for a task without one).';
+    ELSIF argument IN ('payloads[i]', 'result[i]', 'results[i]') THEN
         -- The first element that fails, raised as _check_payload raises it, naming its place.
         SELECT p.ord, p.value INTO v_ord, v_element
-          FROM pg_catalog.unnest(coalesce(arguments ->> 'payloads', arguments ->> 'result')::jsonb[]) WITH ORDINALITY AS p(value, ord)
+          FROM pg_catalog.unnest(coalesce(arguments ->> 'payloads', arguments ->> 'result', arguments ->> 'results')::jsonb[])
+               WITH ORDINALITY AS p(value, ord)
          WHERE (p.value IS NULL AND argument = 'payloads[i]')
             OR pg_catalog.jsonb_typeof(p.value) NOT IN ('object', 'array') OR pg_catalog.pg_column_size(p.value) > 1048576
          ORDER BY p.ord
          LIMIT 1;
         IF NOT FOUND THEN
             RETURN;  -- only compressed values, which fit
-        ELSIF argument = 'result[i]' THEN
-            PERFORM queue._check_payload(v_element, pg_catalog.format('result[%s]', v_ord));
+        ELSIF argument IN ('result[i]', 'results[i]') THEN
+            PERFORM queue._check_payload(v_element, pg_catalog.format('%s[%s]', pg_catalog.left(argument, -3), v_ord));
         ELSE
             BEGIN
                 PERFORM queue._check_payload(v_element);
@@ -112,10 +127,11 @@ BEGIN
     WHEN 'batch' THEN
         RAISE EXCEPTION 'batch out of range'
             USING ERRCODE = '22023',
-                  DETAIL = CASE caller WHEN 'finish_batch' THEN pg_catalog.format('%s tasks.', v_given)
-                                       ELSE pg_catalog.format('batch is %s.', coalesce(v_given, 'NULL')) END,
+                  DETAIL = CASE WHEN caller IN ('finish_batch', 'record_results') THEN pg_catalog.format('%s tasks.', v_given)
+                                ELSE pg_catalog.format('batch is %s.', coalesce(v_given, 'NULL')) END,
                   HINT = CASE caller WHEN 'consume' THEN 'Consume 1 to 10000 tasks per call.'
                                      WHEN 'finish_batch' THEN 'Finish at most 10000 tasks per call.'
+                                     WHEN 'record_results' THEN 'Record at most 10000 results per call.'
                                      ELSE 'Take 1 to 10000 tasks per call.' END;
     WHEN 'lease_for' THEN
         RAISE EXCEPTION 'lease_for must be positive'

@@ -83,6 +83,8 @@ BEGIN
                        ('queue.take_next(text,integer,interval,text)', true),
                        ('queue.take_locked(text,integer)', true),
                        ('queue.consume(text,integer)', true),
+                       -- beside consume, in the same transaction on the same node: its rows' xmin is that node's
+                       ('queue.record_results(text,bigint[],jsonb[])', true),
                        ('queue.drain(text,integer)', true),
                        ('queue.finish_and_take(bigint,uuid,text,integer,interval,text,jsonb)', true),
                        -- not forced: a move to next_stage writes another stage's shard

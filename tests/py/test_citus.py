@@ -432,7 +432,8 @@ def drain_worker(url: str, stop: threading.Event, stats: dict[str, Any], lock: t
 
 
 def test_consume_admin_calls_and_the_views_work_on_citus(url: str, nodes: citus.CitusCluster) -> None:
-    """What the first Citus stops left out: consume (one statement on its stage's node), cancel,
+    """What the first Citus stops left out: consume (one statement on its stage's node; record_results
+    after it in one transaction, on the same node), cancel,
     set_priority and retry (retry needs the stage: 0A000 with a hint without it), the views
     metrics and stage_config (which find stages without a recursive CTE)."""
     workers = [w.port for w in nodes.workers if w.port is not None]
@@ -445,6 +446,21 @@ def test_consume_admin_calls_and_the_views_work_on_citus(url: str, nodes: citus.
         with r.conn.transaction(force_rollback=True):
             assert len(r.call("SELECT id FROM queue.consume('cons.a', 5)")[0]) == 2
         assert len(r.call("SELECT id FROM queue.consume('cons.a', 5)")[0]) == 2  # the rollback gave them back
+        # record_results beside consume in one transaction: both on the stage's node, where the
+        # consumed rows carry that node's transaction id.
+        admin.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[2]), 'cons.r')")
+        with r.conn.transaction():
+            got, sent = r.call("SELECT id FROM queue.consume('cons.r', 2)")
+            port = one_worker(sent, "consume", workers)
+            consumed = [row[0] for row in got]
+            recorded, sent = r.call("SELECT queue.record_results('cons.r', %s, %s::jsonb[])",
+                                    (consumed, ['{"ok": 1}', '{"ok": 2}']))
+            assert one_worker(sent, "record_results", workers) == port
+            assert recorded == [(2,)]
+        assert admin.execute("SELECT queue.record_results('cons.r', %s, %s::jsonb[])",
+                             (consumed, ['{"late": 1}', '{"late": 2}'])).fetchone() == (0,)  # another transaction's
+        assert admin.execute("SELECT result FROM queue.tasks WHERE stage = 'cons.r' ORDER BY id").fetchall() == [
+            ({"ok": 1},), ({"ok": 2},)]
         r.conn.close()
         assert admin.execute("SELECT count(*) FROM queue.history WHERE stage = 'cons.a' AND status = 'done'").fetchone() == (5,)
 

@@ -118,6 +118,7 @@ HOSTILE: dict[str, dict[str, Any]] = {
 BASELINE: dict[str, Any] = {
     "stage": "h.stage", "stages": ["h.stage"], "payload": "{}", "payloads": ["{}"], "request": "SELECT 1", "pid": 1, "error": "boom", "next_stage": "h.next",
     "name": "h.schedule", "cron": "*/5 * * * *", "priority": 0, "role": "skiplock_worker", "now": "2030-01-01 00:00:00+00",
+    "ids": [1], "results": ["{}"],
 }
 # Functions without arguments: nothing hostile to give, but each is still called once.
 NO_ARGUMENTS = {"reap_hung", "cancel_overdue_sql_tasks", "compact", "distribute", "maintain_now", "workers"}

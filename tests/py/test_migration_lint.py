@@ -123,7 +123,7 @@ RELIABILITY_MODULES = ["test_upgrade_under_load", "test_server_crash", "test_lon
                        "test_rotation_under_load", "test_compaction", "test_hot_table_bound",
                        "test_take_locked", "test_calendar", "test_client_bash_faults",
                        "test_admin_races", "test_clock_jump", "test_rate_limits", "test_take_stages",
-                       "test_worker_faults", "test_web", "test_prometheus", "test_cli_ops"]
+                       "test_worker_faults", "test_web", "test_prometheus", "test_cli_ops", "test_consume"]
 
 
 def test_reliability_doc_lists_every_reliability_test():

@@ -477,9 +477,12 @@ def test_a_release_squashes_the_unreleased_revisions_into_one(squashed: Path):
         f"{pys[-1]}/tables/{p.name}" in up for p in (versions / pys[-1]).glob("tables/*.sql"))
     # The hand-written ALTERs of the squashed revisions, types, tables, the others, each in the
     # order they ran (the revision they came from names their folder).
+    # (None when no squashed revision has one: the first revisions after a release may alter no table.)
     carried = [e.split("/alter/", 1)[1].split("/") for e in up if "/alter/" in e]
     kinds = ["types", "tables"]
-    assert carried and carried == sorted(carried, key=lambda e: (kinds.index(e[1]) if e[1] in kinds else 2, e[0]))
+    altering = any(any(d.glob("alter/**/*.sql")) for r, d in revision.revisions() if int(r) > int(release_head))
+    assert bool(carried) == altering
+    assert carried == sorted(carried, key=lambda e: (kinds.index(e[1]) if e[1] in kinds else 2, e[0]))
 
 
 def squashed_config(script: Path, url: str) -> Config:
@@ -498,7 +501,8 @@ def test_the_squashed_history_builds_schema_and_downgrades_to_the_last_release(
         command.upgrade(squashed_config(squashed, url), "head")
         assert_same_catalog(catalog(url), catalog(schema_db))
         command.downgrade(squashed_config(squashed, url), release_head)
-        assert build_frozen(ref, chain)
+        if not build_frozen(ref, chain):  # a release's tables exist only as ALTERs: its own upgrade builds it
+            command.upgrade(migrate.alembic_config(ref), release_head)
         assert_same_catalog(enum_labels_kept(catalog(url), catalog(ref)), catalog(ref))
         command.downgrade(squashed_config(squashed, url), "base")
         assert all(not rows for name, rows in catalog(url).items() if name != "schema")

@@ -36,6 +36,7 @@ SELECT set_eq(
         'queue.maintain(timestamp with time zone)',
         'queue.maintain_now()',
         'queue.reap_hung()',
+        'queue.record_results(text,bigint[],jsonb[])',
         'queue.release(bigint,uuid,interval,text)',
         'queue.retry(bigint,text)',
         'queue.revoke_stage(text,regrole)',
@@ -248,10 +249,11 @@ SELECT set_eq(
           'queue.consume(text,integer)',
           'queue.consume(text[],integer)',
           'queue.drain(text,integer)',
+          'queue.record_results(text,bigint[],jsonb[])',
           'queue.task_timeout(text)',
           'queue.worker_settings(text)',
           'queue.maintain_now()'],
-    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail, release, finish_and_take, take_locked, finish_locked, fail_locked, consume, drain, task_timeout, worker_settings and maintain_now and nothing else'
+    'skiplock_worker may execute take_next, heartbeat, finish, finish_batch, fail, release, finish_and_take, take_locked, finish_locked, fail_locked, consume, drain, record_results, task_timeout, worker_settings and maintain_now and nothing else'
 );
 
 SELECT is_empty(

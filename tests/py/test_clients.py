@@ -402,12 +402,12 @@ def test_client_wakes_on_notify(language: str, url: str, capsys: pytest.CaptureF
 
 # -- the bash worker with several stages (issue 50 item 4) -----------------------------------------
 def stage_logging_handler(tmp_path: Path) -> tuple[list[str], Path]:
-    """The bash worker's command with a handler that appends TASK_STAGE, TASK_ID and TASK_ATTEMPT
-    to a file, then does what the example handler does with the payload; that file."""
+    """The bash worker's command with a handler that appends TASK_ID, TASK_ATTEMPT and TASK_STAGE
+    (last: it may hold a tab) to a file, then does what the example handler does with the payload; that file."""
     log = tmp_path / "handled.tsv"
     handler = tmp_path / "logging-handler.sh"
     handler.write_text("#!/usr/bin/env bash\npayload=$(cat)\n"
-                       f"printf '%s\\t%s\\t%s\\n' \"$TASK_STAGE\" \"$TASK_ID\" \"$TASK_ATTEMPT\" >> '{log}'\n"
+                       f"printf '%s\\t%s\\t%s\\n' \"$TASK_ID\" \"$TASK_ATTEMPT\" \"$TASK_STAGE\" >> '{log}'\n"
                        f"exec '{CLIENTS / 'bash' / 'example-handler.sh'}' <<< \"$payload\"\n")
     handler.chmod(0o755)
     return [str(CLIENTS / "bash" / "worker.sh"), str(handler)], log
@@ -418,7 +418,7 @@ def handled(log: Path) -> list[tuple[str, int, int]]:
     if not log.exists():
         return []
     return [(stage, int(task_id), int(attempt))
-            for stage, task_id, attempt in (line.split("\t") for line in log.read_text().splitlines())]
+            for task_id, attempt, stage in (line.split("\t", 2) for line in log.read_text().splitlines())]
 
 
 def bash_worker_waits(conn: psycopg.Connection, since: object) -> bool:
@@ -490,6 +490,32 @@ def test_bash_worker_takes_several_stages_in_turn(url: str, tmp_path: Path) -> N
     runs = handled(log)
     assert [stage for stage, _, _ in runs] == [x, y] * 3, f"{runs}\n{worker.log()}"
     assert [task_id for _, task_id, _ in runs] == [i for pair in zip(ids[x], ids[y]) for i in pair], runs
+
+
+def test_bash_worker_serves_a_prefix(url: str, tmp_path: Path) -> None:
+    """STAGE=prefix.*: the stages it finds are served, a name with a tab, a backslash and an é
+    among them (the take sends each task's stage in hex); with a prefix alone there is no listener,
+    the slow poll takes a task enqueued later."""
+    stages = ["bash_pfx.a", "bash_pfx.t\tb\\\u00e9"]
+    command, log = stage_logging_handler(tmp_path)
+    with psycopg.connect(url, autocommit=True) as conn:
+        stage_of = {conn.execute("SELECT queue.enqueue('{}', stage => %s)", (stage,)).fetchone()[0]: stage
+                    for stage in stages * 2}
+        worker = ClientWorker("bash", url, "bash_pfx.*", command, IDLE_WAIT=0.5)
+        try:
+            wait_until("the prefix's stages to drain", lambda: sum(live_count(conn, s) for s in stages) == 0, 120, worker)
+            later = conn.execute("SELECT queue.enqueue('{}', stage => %s)", (stages[1],)).fetchone()[0]
+            stage_of[later] = stages[1]
+            wait_until("a task enqueued later to be done", lambda: conn.execute(
+                "SELECT 1 FROM queue.history WHERE id = %s", (later,)).fetchone(), 60, worker)
+            assert conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                " AND query LIKE 'LISTEN%%'").fetchone()[0] == 0, "a prefix alone has no listener"
+            assert sorted(conn.execute("SELECT id, stage, status::text FROM queue.history WHERE id = ANY(%s)",
+                                       (list(stage_of),)).fetchall()) == sorted((i, s, "done") for i, s in stage_of.items())
+        finally:
+            code = worker.stop()
+    assert code == 0, worker.log()
+    assert sorted(handled(log)) == sorted((s, i, 1) for i, s in stage_of.items()), worker.log()
 
 
 def measure_wakeups(url: str, stage: str, samples: int, idle_wait: float) -> list[float]:

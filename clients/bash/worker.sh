@@ -3,6 +3,12 @@
 #
 #   DATABASE_URL=postgresql://... STAGE=default ./worker.sh ./my-handler [ARGS...]
 #
+# STAGE may name several stages, comma-separated, and prefixes ('tenant.*'): they are taken in one
+# call, round robin by the stages' weights (queue.take_next(stages[])), and each task is finished,
+# failed, released and heartbeated with its own stage. The round robin goes on from the last
+# take's turn (the setting skiplock.turn, carried from each psql session to the next). A single
+# name is taken with queue.take_next(stage), which Citus runs too (it refuses the multi-stage one).
+#
 # The handler gets the task's payload (JSON) on stdin and TASK_ID, TASK_ATTEMPT, TASK_STAGE in
 # its environment. Exit 0: the task is done (queue.finish). Exit 100: it failed for good
 # (queue.fail fatal). Exit 101: not now (a rate limit, a resource not ready): the task goes back,
@@ -13,11 +19,13 @@
 #
 # A background subshell heartbeats the tasks of the batch every LEASE/3 seconds while they run.
 # Wake-ups: psql only reports a NOTIFY after it runs a command, so a script cannot block on
-# LISTEN. The worker keeps one psql coprocess that LISTENs on "skiplock.<stage>", and when the
-# stage is empty it sends that session `SELECT 1;` every PING seconds (a round trip that touches
-# no table) and reads the answer with `read -t`: a notification shows up within PING seconds of
-# the enqueue's commit. Every IDLE_WAIT seconds it takes anyway (the slow poll), so a lost
-# notification or a dead listener never strands a task. When the listener's psql dies (its
+# LISTEN. The worker keeps one psql coprocess that LISTENs on "skiplock.<stage>" for each stage
+# named, and when its stages are empty it sends that session `SELECT 1;` every PING seconds (a
+# round trip that touches no table) and reads the answer with `read -t`: a notification on any of
+# them shows up within PING seconds of the enqueue's commit. A prefix cannot be listened to (its
+# stages have no channel in common): the stages it finds are taken at the slow poll, and with
+# prefixes alone there is no listener. Every IDLE_WAIT seconds it takes anyway (the slow poll), so
+# a lost notification or a dead listener never strands a task. When the listener's psql dies (its
 # connection lost, the server restarted), the worker starts another one and carries on.
 # SIGTERM or Ctrl-C: finish the batch in hand, then exit 0. The handler and every psql run in a
 # session of their own (setsid), so a terminal's Ctrl-C, sent to the whole foreground process
@@ -31,11 +39,13 @@
 # connection, not psql) and an idle worker takes again every IDLE_WAIT seconds. psql prepares
 # nothing, so nothing else changes.
 #
-# Settings (environment): DATABASE_URL, STAGE (default), BATCH (10), LEASE seconds (60),
-# IDLE_WAIT seconds (5), SNOOZE seconds (10), PING seconds (0.1), SKIPLOCK_POOLER (none, session
-# or transaction), PSQL (psql; on Debian /usr/bin/psql is a Perl
+# Settings (environment): DATABASE_URL, STAGE (default; names and prefixes, comma-separated,
+# blanks around each trimmed: a stage whose name holds a comma cannot be served), BATCH (10), LEASE
+# seconds (60), IDLE_WAIT seconds (5), SNOOZE seconds (10), PING seconds (0.1), SKIPLOCK_POOLER
+# (none, session or transaction), PSQL (psql; on Debian /usr/bin/psql is a Perl
 # wrapper: /usr/lib/postgresql/<version>/bin/psql starts faster). A setting that is not a number
-# (BATCH an integer from 1 to 10000) stops the worker at once with exit code 2.
+# (BATCH an integer from 1 to 10000), or a STAGE that names no stage, stops the worker at once
+# with exit code 2.
 # SQL values always travel as psql variables (-v name=value, used as :'name'), never pasted into
 # SQL text; psql does not expand variables in -c, so the SQL goes on stdin.
 
@@ -78,9 +88,22 @@ number LEASE "$LEASE" 0
 number IDLE_WAIT "$IDLE_WAIT" 0
 number PING "$PING" 0
 number SNOOZE "$SNOOZE" -1
-[[ -n $STAGE ]] || usage_error "STAGE must not be empty"
+STAGES=() CHANNELS=() rest=$STAGE,
+while [[ -n $rest ]]; do          # split at commas, trim blanks, drop empty names
+    name=${rest%%,*} rest=${rest#*,}
+    name=${name#"${name%%[![:space:]]*}"} name=${name%"${name##*[![:space:]]}"}
+    [[ -n $name ]] || continue
+    STAGES+=("$name")
+    [[ $name == *'*' ]] || CHANNELS+=("skiplock.$name")   # a prefix has no channel
+done
+(( ${#STAGES[@]} > 0 )) || usage_error "STAGE must name a stage (names and prefixes 'x.*', comma-separated), not '$STAGE'"
+# One name: take_next(stage), STAGE that name. Else take_next(stages[]), each row with its stage.
+STAGE=${STAGES[0]} STAGE_LIST=$(IFS=,; echo "${STAGES[*]}")
+[[ ${#STAGES[@]} == 1 && $STAGE != *'*' ]] && MULTI=false || MULTI=true
 POOLER=${SKIPLOCK_POOLER:-none}
 [[ $POOLER =~ ^(none|session|transaction)$ ]] || usage_error "SKIPLOCK_POOLER must be none, session or transaction, not '$POOLER'"
+# No listener behind a transaction pooler (see above), nor for prefixes alone: the poll alone.
+[[ $POOLER != transaction && ${#CHANNELS[@]} -gt 0 ]] && LISTENS=true || LISTENS=false
 
 WORKER_NAME="$(hostname):$$"
 BEAT=$(awk -v l="$LEASE" 'BEGIN { print l / 3 }')
@@ -97,6 +120,7 @@ fi
 WORKDIR=$(mktemp -d)
 mkfifo "$WORKDIR/listen.in" "$WORKDIR/listen.out" || exit 1
 listen_pid='' listen_to='' listen_from=''
+turn=''                           # skiplock.turn after the last multi-stage take, in hex
 
 stopping=false
 trap 'stopping=true' TERM INT
@@ -107,48 +131,85 @@ sql() {  # SQL on stdin, values as -v arguments; prints unaligned, tab-separated
     "${ALONE[@]}" "$PSQL" -X -q -At -F $'\t' -v ON_ERROR_STOP=1 -v VERBOSITY=sqlstate -d "$DATABASE_URL" "$@"
 }
 
-take() {  # one line per task: id, lease, attempt, payload (last: jsonb text has no tab or newline)
-    sql -v stage="$STAGE" -v batch="$BATCH" -v lease_for="$LEASE seconds" -v worker="$WORKER_NAME" <<'SQL'
-SELECT id, lease, attempt, payload
+take() {  # sets batch, one line per task: id, lease, attempt, stage, payload; returns 1 on failure
+    # payload comes last: jsonb text has no tab or newline. The stage is '-' for the one STAGE, else
+    # its name in hex (a stage may hold a tab or a newline); task_stage decodes it.
+    if ! $MULTI; then
+        batch=$(sql -v stage="$STAGE" -v batch="$BATCH" -v lease_for="$LEASE seconds" -v worker="$WORKER_NAME" <<'SQL'
+SELECT id, lease, attempt, '-', payload
   FROM queue.take_next(stage => :'stage', batch => :'batch'::integer,
                        lease_for => :'lease_for'::interval, worker => :'worker')
 SQL
+        )
+        return
+    fi
+    # Each psql is a new session: the round robin's position (skiplock.turn, which take_next reads
+    # and sets) is set from the last take's and read back after this one, in one transaction (a
+    # transaction pooler keeps it on one server connection). The last line is "turn", tab, its hex.
+    local out
+    out=$(sql -v stages="$STAGE_LIST" -v turn="$turn" -v batch="$BATCH" -v lease_for="$LEASE seconds" \
+              -v worker="$WORKER_NAME" <<'SQL'
+BEGIN;
+SELECT pg_catalog.set_config('skiplock.turn', pg_catalog.convert_from(pg_catalog.decode(:'turn', 'hex'), 'UTF8'), false) \g /dev/null
+SELECT id, lease, attempt, pg_catalog.encode(pg_catalog.convert_to(stage, pg_catalog.pg_client_encoding()), 'hex'), payload
+  FROM queue.take_next(stages => pg_catalog.string_to_array(:'stages', ','), batch => :'batch'::integer,
+                       lease_for => :'lease_for'::interval, worker => :'worker');
+SELECT 'turn', pg_catalog.encode(pg_catalog.convert_to(coalesce(pg_catalog.current_setting('skiplock.turn', true), ''), 'UTF8'), 'hex');
+COMMIT;
+SQL
+    ) || return 1
+    [[ $out =~ (^|$'\n')turn$'\t'([0-9a-f]*)$ ]] || { echo "take_next: no turn in its answer" >&2; return 1; }
+    turn=${BASH_REMATCH[2]}
+    batch=${out%"${BASH_REMATCH[0]}"}
 }
 
-finish() {  # id lease; prints t, or f when the lease was no longer ours
-    sql -v id="$1" -v lease="$2" -v stage="$STAGE" <<'SQL'
+task_stage() {  # the take's stage column: sets stage ('-': STAGE; else the name, from its hex)
+    local hex=$1 escaped='' i
+    if [[ $hex == - ]]; then
+        stage=$STAGE
+        return
+    fi
+    for (( i = 0; i < ${#hex}; i += 2 )); do
+        escaped+="\\x${hex:i:2}"
+    done
+    printf -v stage '%b' "$escaped"
+}
+
+finish() {  # id lease stage; prints t, or f when the lease was no longer ours
+    sql -v id="$1" -v lease="$2" -v stage="$3" <<'SQL'
 SELECT queue.finish(id => :'id'::bigint, lease => :'lease'::uuid, stage => :'stage')
 SQL
 }
 
-release() {  # id lease seconds; prints t, or f when the lease was no longer ours
-    sql -v id="$1" -v lease="$2" -v retry_in="$3 seconds" -v stage="$STAGE" <<'SQL'
+release() {  # id lease stage seconds; prints t, or f when the lease was no longer ours
+    sql -v id="$1" -v lease="$2" -v stage="$3" -v retry_in="$4 seconds" <<'SQL'
 SELECT queue.release(id => :'id'::bigint, lease => :'lease'::uuid, retry_in => :'retry_in'::interval,
                      stage => :'stage')
 SQL
 }
 
-fail() {  # id lease error fatal; prints t, or f when the lease was no longer ours
-    sql -v id="$1" -v lease="$2" -v error="$3" -v fatal="$4" -v stage="$STAGE" <<'SQL'
+fail() {  # id lease stage error fatal; prints t, or f when the lease was no longer ours
+    sql -v id="$1" -v lease="$2" -v stage="$3" -v error="$4" -v fatal="$5" <<'SQL'
 SELECT queue.fail(id => :'id'::bigint, lease => :'lease'::uuid, error => :'error', fatal => :'fatal'::boolean,
                   stage => :'stage')
 SQL
 }
 
 heartbeat_batch() {  # the batch's lines; renews, in one psql session, each task still in hand
-    # Values go in as -v id1=… -v lease1=…; the script only names them. After each call psql sets
-    # SQLSTATE (00000, or SK001 when the lease is lost), which \echo reports with the id.
-    local args=() script='' n=0 id lease rc state
-    while IFS=$'\t' read -r id lease _; do
+    # Values go in as -v id1=… -v lease1=… -v stage1=…; the script only names them. After each call
+    # psql sets SQLSTATE (00000, or SK001 when the lease is lost), which \echo reports with the id.
+    local args=() script='' n=0 id lease code stage rc state
+    while IFS=$'\t' read -r id lease _ code _; do
         [[ -e $WORKDIR/ended.$id || -e $WORKDIR/lost.$id ]] && continue
         n=$((n + 1))
-        args+=(-v "id$n=$id" -v "lease$n=$lease")
+        task_stage "$code"
+        args+=(-v "id$n=$id" -v "lease$n=$lease" -v "stage$n=$stage")
         script+="SELECT queue.heartbeat(id => :'id$n'::bigint, lease => :'lease$n'::uuid,"
-        script+=" lease_for => :'lease_for'::interval, stage => :'stage') AS expires \\gset"$'\n'
+        script+=" lease_for => :'lease_for'::interval, stage => :'stage$n') AS expires \\gset"$'\n'
         script+="\\echo :id$n :SQLSTATE"$'\n'
     done <<< "$1"
     (( n > 0 )) || return 0
-    "${ALONE[@]}" "$PSQL" -X -q -At -v VERBOSITY=sqlstate -v lease_for="$LEASE seconds" -v stage="$STAGE" -d "$DATABASE_URL" "${args[@]}" \
+    "${ALONE[@]}" "$PSQL" -X -q -At -v VERBOSITY=sqlstate -v lease_for="$LEASE seconds" -d "$DATABASE_URL" "${args[@]}" \
          <<< "$script" 2> "$WORKDIR/heartbeat.err" |
     while read -r id state; do
         case $state in
@@ -218,14 +279,14 @@ run_handler() {  # the handler, with the listener's pipes closed: they are not i
     fi
 }
 
-run_task() {  # id lease attempt payload
-    local id=$1 lease=$2 attempt=$3 payload=$4
+run_task() {  # id lease attempt stage payload
+    local id=$1 lease=$2 attempt=$3 stage=$4 payload=$5
     local errfile="$WORKDIR/stderr" rc ok deadline error fatal
     if [[ -e $WORKDIR/lost.$id ]]; then
         echo "lease lost on $id before it started: skipping it" >&2
         return
     fi
-    TASK_ID=$id TASK_ATTEMPT=$attempt TASK_STAGE=$STAGE run_handler <<< "$payload" 2> "$errfile"
+    TASK_ID=$id TASK_ATTEMPT=$attempt TASK_STAGE=$stage run_handler <<< "$payload" 2> "$errfile"
     rc=$?
     : > "$WORKDIR/ended.$id"
     deadline=$(( ${EPOCHREALTIME/./} + LEASE_US ))   # no heartbeat renews the lease from now on
@@ -235,9 +296,9 @@ run_task() {  # id lease attempt payload
         return
     fi
     if (( rc == 0 )); then
-        ok=$(end_call "$id" "$deadline" finish "$id" "$lease")
+        ok=$(end_call "$id" "$deadline" finish "$id" "$lease" "$stage")
     elif (( rc == SNOOZE_EXIT )); then
-        ok=$(end_call "$id" "$deadline" release "$id" "$lease" "$SNOOZE")
+        ok=$(end_call "$id" "$deadline" release "$id" "$lease" "$stage" "$SNOOZE")
         [[ $ok == t ]] && echo "snoozed $id for $SNOOZE s" >&2
     else
         # psql cannot pass on text that is not UTF-8 (a character cut by tail -c, Latin-1 output):
@@ -245,11 +306,11 @@ run_task() {  # id lease attempt payload
         error=$(tail -c 2000 "$errfile" | iconv -f UTF-8 -t UTF-8 -c 2> /dev/null)
         [[ -n $error ]] || error="handler exited with status $rc"
         fatal=$([[ $rc == "$FATAL_EXIT" ]] && echo true || echo false)
-        ok=$(end_call "$id" "$deadline" fail "$id" "$lease" "$error" "$fatal")
+        ok=$(end_call "$id" "$deadline" fail "$id" "$lease" "$stage" "$error" "$fatal")
         if [[ -z $ok && -e $WORKDIR/call.refused ]]; then
             # The server refused the text itself, not the connection: record the exit status
             # rather than leave the task running until its lease runs out.
-            ok=$(end_call "$id" "$deadline" fail "$id" "$lease" "handler exited with status $rc; its stderr was refused" "$fatal")
+            ok=$(end_call "$id" "$deadline" fail "$id" "$lease" "$stage" "handler exited with status $rc; its stderr was refused" "$fatal")
         fi
     fi
     case $ok in
@@ -264,11 +325,18 @@ start_listener() {  # a psql that LISTENs, fed through one FIFO and read through
     # must be a condition the loop handles, not an unbound variable under set -u. The background
     # shell opens both FIFOs before it execs psql; the two opens below meet those, so neither
     # blocks for long. psql is the only writer of listen.out: its death is an EOF there.
-    "${ALONE[@]}" "$PSQL" -X -q -At -v channel="skiplock.$STAGE" -d "$DATABASE_URL" \
+    # One LISTEN a stage named; the channels go in as -v channel1=…, the script only names them.
+    local args=() script='' n=0 channel
+    for channel in "${CHANNELS[@]}"; do
+        n=$((n + 1))
+        args+=(-v "channel$n=$channel")
+        script+="LISTEN :\"channel$n\";"
+    done
+    "${ALONE[@]}" "$PSQL" -X -q -At "${args[@]}" -d "$DATABASE_URL" \
         < "$WORKDIR/listen.in" > "$WORKDIR/listen.out" 2>&1 &
     listen_pid=$!
     exec {listen_to}> "$WORKDIR/listen.in" {listen_from}< "$WORKDIR/listen.out"
-    echo 'LISTEN :"channel";' >&"$listen_to" 2>/dev/null
+    echo "$script" >&"$listen_to" 2>/dev/null
 }
 
 stop_listener() {
@@ -286,7 +354,7 @@ listener_died() {
 
 wait_for_work() {  # returns when notified, after IDLE_WAIT seconds, or on SIGTERM
     local line rc=0 deadline=$(( ${EPOCHREALTIME/./} + IDLE_WAIT_US ))
-    if [[ $POOLER == transaction ]]; then   # no listener: the poll alone
+    if ! $LISTENS; then                     # no listener: the poll alone
         sleep "$IDLE_WAIT" & wait $!          # wait, unlike sleep, returns on SIGTERM
         kill $! 2>/dev/null
         return 0
@@ -328,9 +396,11 @@ drain_listener() {  # after a batch: have psql read its socket, so notifications
     (( rc > 128 )) || listener_died   # EOF: it died while the batch ran (not a timeout)
 }
 
-[[ $POOLER == transaction ]] || start_listener   # LISTEN before the first take: no enqueue slips between
+if $LISTENS; then
+    start_listener                # LISTEN before the first take: no enqueue slips between
+fi
 while ! $stopping; do
-    if ! batch=$(take); then
+    if ! take; then
         echo "take_next failed; retrying in 1 s" >&2
         sleep 1
         continue
@@ -341,8 +411,9 @@ while ! $stopping; do
     fi
     beat_batch "$batch" &
     beater=$!
-    while IFS=$'\t' read -r id lease attempt payload; do
-        run_task "$id" "$lease" "$attempt" "$payload" < /dev/null
+    while IFS=$'\t' read -r id lease attempt code payload; do
+        task_stage "$code"
+        run_task "$id" "$lease" "$attempt" "$stage" "$payload" < /dev/null
     done <<< "$batch"
     kill "$beater" 2>/dev/null
     wait "$beater" 2>/dev/null

@@ -400,6 +400,124 @@ def test_client_wakes_on_notify(language: str, url: str, capsys: pytest.CaptureF
     assert statistics.median(latencies) < 5.0, latencies  # milliseconds when quiet; the slow poll is 30 s
 
 
+# -- the bash worker with several stages (issue 50 item 4) -----------------------------------------
+def stage_logging_handler(tmp_path: Path) -> tuple[list[str], Path]:
+    """The bash worker's command with a handler that appends TASK_ID, TASK_ATTEMPT and TASK_STAGE
+    (last: it may hold a tab) to a file, then does what the example handler does with the payload; that file."""
+    log = tmp_path / "handled.tsv"
+    handler = tmp_path / "logging-handler.sh"
+    handler.write_text("#!/usr/bin/env bash\npayload=$(cat)\n"
+                       f"printf '%s\\t%s\\t%s\\n' \"$TASK_ID\" \"$TASK_ATTEMPT\" \"$TASK_STAGE\" >> '{log}'\n"
+                       f"exec '{CLIENTS / 'bash' / 'example-handler.sh'}' <<< \"$payload\"\n")
+    handler.chmod(0o755)
+    return [str(CLIENTS / "bash" / "worker.sh"), str(handler)], log
+
+
+def handled(log: Path) -> list[tuple[str, int, int]]:
+    """(TASK_STAGE, TASK_ID, TASK_ATTEMPT) of each handler run, in order."""
+    if not log.exists():
+        return []
+    return [(stage, int(task_id), int(attempt))
+            for task_id, attempt, stage in (line.split("\t", 2) for line in log.read_text().splitlines())]
+
+
+def bash_worker_waits(conn: psycopg.Connection, since: object) -> bool:
+    """The bash worker is in wait_for_work: its listener's last query, begun after `since`, is the
+    ping (drain_listener's last is SELECT 2) and no other psql session is open (no take)."""
+    rows = conn.execute("SELECT query, query_start > %s FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND application_name = 'psql' AND pid <> pg_backend_pid()", (since,)).fetchall()
+    return len(rows) == 1 and rows[0] == ("SELECT 1;", True)
+
+
+def test_bash_worker_serves_several_stages(url: str, tmp_path: Path) -> None:
+    """STAGE=x,y: one take (take_next(stages[])) serves both; each task is done exactly once, its
+    handler sees its own stage in TASK_STAGE and its finish, fail and heartbeats name it (a wrong
+    stage makes finish answer false and heartbeat raise SK001); an idle worker is woken by a NOTIFY
+    on either stage, well within its 60 s slow poll."""
+    x, y = "bash_multi.x", "bash_multi.y"
+    command, log = stage_logging_handler(tmp_path)
+    with psycopg.connect(url, autocommit=True) as conn:
+        for stage in (x, y):
+            conn.execute("SELECT queue.configure_stage(%s, backoff_base => interval '0', backoff_jitter => 0)", (stage,))
+        stage_of, attempts = {}, {}
+        for stage in (x, y):
+            # n == 0 fails its first attempt (the fail names the stage); n == 1 works 3 s, past a
+            # heartbeat (one every LEASE/3 = 2 s), so that the batch's heartbeats name both stages.
+            payloads = [{"n": n, "fail_attempts": 1 if n == 0 else 0, **({"sleep": 3} if n == 1 else {})} for n in range(6)]
+            for task_id, payload in zip(produce("bash", url, stage, payloads), payloads):
+                stage_of[task_id], attempts[task_id] = stage, 2 if payload["fail_attempts"] else 1
+        worker = ClientWorker("bash", url, f"{x}, {y}", command, BATCH=4, LEASE=6, IDLE_WAIT=60)
+        try:
+            wait_until("both stages to drain", lambda: live_count(conn, x) + live_count(conn, y) == 0, 120, worker)
+            rows = conn.execute("SELECT id, stage, status::text, attempt FROM queue.history WHERE id = ANY(%s)",
+                                (list(stage_of),)).fetchall()
+            assert sorted(r[0] for r in rows) == sorted(stage_of), "every task ends exactly once:\n" + worker.log()
+            assert sorted(rows) == sorted((i, stage_of[i], "done", attempts[i]) for i in stage_of), worker.log()
+            runs = handled(log)
+            assert sorted(runs) == sorted((stage_of[i], i, a) for i in stage_of for a in range(1, attempts[i] + 1)), \
+                f"each run's TASK_STAGE is its task's stage:\n{runs}\n{worker.log()}"
+            assert {stage for stage, _, _ in runs[:4]} == {x, y}, f"the first take served both stages: {runs}"
+            # Idle: a task enqueued into either stage wakes the worker through its NOTIFY.
+            for stage in (y, x):
+                since = conn.execute("SELECT max(finished) FROM queue.history WHERE stage IN (%s, %s)", (x, y)).fetchone()[0]
+                wait_until("the worker to wait", lambda: bash_worker_waits(conn, since), 60, worker)
+                enqueued = time.monotonic()
+                (task_id,) = conn.execute("SELECT queue.enqueue('{}', stage => %s)", (stage,)).fetchone()
+                wait_until(f"the task enqueued into {stage} to be done", lambda: conn.execute(
+                    "SELECT 1 FROM queue.history WHERE id = %s", (task_id,)).fetchone(), 45, worker)
+                assert time.monotonic() - enqueued < 45
+                assert handled(log)[-1] == (stage, task_id, 1), worker.log()
+        finally:
+            code = worker.stop()
+    assert code == 0, worker.log()
+    assert "lease lost" not in worker.log() and "SQLSTATE" not in worker.log(), worker.log()
+
+
+def test_bash_worker_takes_several_stages_in_turn(url: str, tmp_path: Path) -> None:
+    """BATCH=1, STAGE=x,y with a backlog in each: the round robin goes on from the last take's turn
+    though each take is a new psql session (skiplock.turn carried over), so x and y alternate
+    instead of x being drained first."""
+    x, y = "bash_turns.x", "bash_turns.y"
+    command, log = stage_logging_handler(tmp_path)
+    with psycopg.connect(url, autocommit=True) as conn:
+        ids = {stage: produce("bash", url, stage, [{"n": n} for n in range(3)]) for stage in (x, y)}
+        worker = ClientWorker("bash", url, f"{x},{y}", command, BATCH=1, IDLE_WAIT=60)
+        try:
+            wait_until("both stages to drain", lambda: live_count(conn, x) + live_count(conn, y) == 0, 120, worker)
+        finally:
+            code = worker.stop()
+    assert code == 0, worker.log()
+    runs = handled(log)
+    assert [stage for stage, _, _ in runs] == [x, y] * 3, f"{runs}\n{worker.log()}"
+    assert [task_id for _, task_id, _ in runs] == [i for pair in zip(ids[x], ids[y]) for i in pair], runs
+
+
+def test_bash_worker_serves_a_prefix(url: str, tmp_path: Path) -> None:
+    """STAGE=prefix.*: the stages it finds are served, a name with a tab, a backslash and an é
+    among them (the take sends each task's stage in hex); with a prefix alone there is no listener,
+    the slow poll takes a task enqueued later."""
+    stages = ["bash_pfx.a", "bash_pfx.t\tb\\\u00e9"]
+    command, log = stage_logging_handler(tmp_path)
+    with psycopg.connect(url, autocommit=True) as conn:
+        stage_of = {conn.execute("SELECT queue.enqueue('{}', stage => %s)", (stage,)).fetchone()[0]: stage
+                    for stage in stages * 2}
+        worker = ClientWorker("bash", url, "bash_pfx.*", command, IDLE_WAIT=0.5)
+        try:
+            wait_until("the prefix's stages to drain", lambda: sum(live_count(conn, s) for s in stages) == 0, 120, worker)
+            later = conn.execute("SELECT queue.enqueue('{}', stage => %s)", (stages[1],)).fetchone()[0]
+            stage_of[later] = stages[1]
+            wait_until("a task enqueued later to be done", lambda: conn.execute(
+                "SELECT 1 FROM queue.history WHERE id = %s", (later,)).fetchone(), 60, worker)
+            assert conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                " AND query LIKE 'LISTEN%%'").fetchone()[0] == 0, "a prefix alone has no listener"
+            assert sorted(conn.execute("SELECT id, stage, status::text FROM queue.history WHERE id = ANY(%s)",
+                                       (list(stage_of),)).fetchall()) == sorted((i, s, "done") for i, s in stage_of.items())
+        finally:
+            code = worker.stop()
+    assert code == 0, worker.log()
+    assert sorted(handled(log)) == sorted((s, i, 1) for i, s in stage_of.items()), worker.log()
+
+
 def measure_wakeups(url: str, stage: str, samples: int, idle_wait: float) -> list[float]:
     """Seconds from each enqueue's commit until skiplock.worker.Worker, idle on the stage, took it."""
     taken: dict[int, float] = {}

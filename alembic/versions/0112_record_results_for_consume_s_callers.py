@@ -1,4 +1,4 @@
-"""record_results: results for consume's callers
+"""record_results for consume's callers; _hidden_stages answers an admin at once
 
 Revision ID: 0112
 Revises: 0111
@@ -18,14 +18,16 @@ VERSIONS = Path(__file__).parent
 # sha256 of the schema/ text each altered table or type is brought to (no copy is kept of it).
 ALTERED = {}
 UPGRADE = [
-    '0112_record_results_results_for_consume_s/functions/_raise_bad_argument.sql',
-    '0112_record_results_results_for_consume_s/functions/distribute.sql',
-    '0112_record_results_results_for_consume_s/functions/record_results.sql',
+    '0112_record_results_for_consume_s_callers/functions/_hidden_stages.sql',
+    '0112_record_results_for_consume_s_callers/functions/_raise_bad_argument.sql',
+    '0112_record_results_for_consume_s_callers/functions/distribute.sql',
+    '0112_record_results_for_consume_s_callers/functions/record_results.sql',
 ]
 DOWNGRADE = [
-    '0112_record_results_results_for_consume_s/downgrade/drop/functions/record_results.sql',
+    '0112_record_results_for_consume_s_callers/downgrade/drop/functions/record_results.sql',
     '0111_release_0_2_0/functions/distribute.sql',
     '0111_release_0_2_0/functions/_raise_bad_argument.sql',
+    '0111_release_0_2_0/functions/_hidden_stages.sql',
 ]
 
 

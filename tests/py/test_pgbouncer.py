@@ -483,7 +483,7 @@ def test_cli_worker_finds_the_transaction_pooler_by_itself(bouncers: dict[str, B
     assert len(rows) == 2000 and {r[1:] for r in rows} == {("done", 1)}
 
 
-@pytest.mark.parametrize("lang", ["python", "node"])
+@pytest.mark.parametrize("lang", ["python", "python_async", "node"])
 def test_client_finds_the_transaction_pooler_by_itself(lang: str, bouncers: dict[str, Bouncer], direct: str,
                                                        request: pytest.FixtureRequest) -> None:
     """The same for the Python and Node clients (300 tasks, two workers): no task lost or done twice."""

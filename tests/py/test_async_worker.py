@@ -105,6 +105,7 @@ def test_async_handlers_overlap_in_time(url: str, conn: psycopg.Connection) -> N
     enqueue(conn, "aw.sync", [{}])
     spans: list[tuple[float, float]] = []
     sync_threads: list[bool] = []
+    threads: list[list[str]] = []
 
     async def main() -> AsyncWorker:
         worker = AsyncWorker(url, batch=7, concurrency=7, idle_wait=0.2, maintain_every=0)
@@ -113,6 +114,7 @@ def test_async_handlers_overlap_in_time(url: str, conn: psycopg.Connection) -> N
 
         @worker.handler("aw.overlap")
         async def wait_for_all(task: Task) -> None:
+            threads.append(worker_threads())
             began = time.monotonic()
             started.append(began)
             if len(started) == 6:
@@ -132,6 +134,7 @@ def test_async_handlers_overlap_in_time(url: str, conn: psycopg.Connection) -> N
     assert worker.counters.finished == 7 and worker.counters.failed == 0, worker.counters
     assert max(s for s, _ in spans) < min(e for _, e in spans), spans
     assert sync_threads == [True]
+    assert threads == [[]] * 6, threads
 
 
 def test_async_transactional_mode_commits_a_handlers_writes_with_the_finish(url: str, conn: psycopg.Connection) -> None:
@@ -169,6 +172,7 @@ def test_async_shutdown_timeout_cancels_a_long_handler_and_releases_its_task(url
     released (ready, the attempt not counted)."""
     (task_id,) = enqueue(conn, "aw.long", [{}])
     cancelled: list[int] = []
+    threads: list[list[str]] = []
 
     async def main() -> AsyncWorker:
         worker = AsyncWorker(url, idle_wait=0.2, maintain_every=0, shutdown_timeout=0.5)
@@ -176,6 +180,7 @@ def test_async_shutdown_timeout_cancels_a_long_handler_and_releases_its_task(url
 
         @worker.handler("aw.long")
         async def forever(task: Task) -> None:
+            threads.append(worker_threads())
             started.set()
             try:
                 await asyncio.sleep(3600)
@@ -191,7 +196,7 @@ def test_async_shutdown_timeout_cancels_a_long_handler_and_releases_its_task(url
         return worker
 
     worker = asyncio.run(main())
-    assert cancelled == [task_id]
+    assert cancelled == [task_id] and threads == [[]], threads
     assert worker.counters.released == 1, worker.counters
     assert conn.execute("SELECT status::text, attempt FROM queue.tasks WHERE id = %s",
                         (task_id,)).fetchone() == ("ready", 0)
@@ -202,8 +207,14 @@ def test_async_worker_ends_at_once_on_a_refused_login(url: str) -> None:
     bad = psycopg.conninfo.make_conninfo(url, user="aw_no_such_role")
     worker = AsyncWorker(bad, {"aw.refused": lambda task: None}, idle_wait=0.2, maintain_every=0)
     began = time.monotonic()
-    with pytest.raises(Refused, match="main connection: .*aw_no_such_role"):
-        run(worker, timeout=60)
+
+    async def main() -> list[str]:
+        with pytest.raises(Refused, match="main connection: .*aw_no_such_role"):
+            await asyncio.wait_for(worker.run(), 60)
+        # no thread ran the loop: the default executor (where a loop in a thread would run) is unused
+        return [t.name for t in threading.enumerate() if t.name.startswith(("asyncio_", "skiplock"))]
+
+    assert asyncio.run(main()) == []
     assert time.monotonic() - began < 30
 
 
@@ -213,8 +224,10 @@ def test_async_task_timeout_cancels_the_handler_and_fails_the_attempt(url: str, 
     conn.execute("SELECT queue.configure_stage('aw.timeout', max_attempts => 1)")
     hung, quick = enqueue(conn, "aw.timeout", [{"hang": True}, {}])
     cancelled: list[int] = []
+    threads: list[list[str]] = []
 
     async def handler(task: Task) -> None:
+        threads.append(worker_threads())
         if task.payload.get("hang"):
             try:
                 await asyncio.sleep(3600)
@@ -225,6 +238,7 @@ def test_async_task_timeout_cancels_the_handler_and_fails_the_attempt(url: str, 
     worker = AsyncWorker(url, {"aw.timeout": handler}, batch=1, task_timeout=0.5, idle_wait=0.2, maintain_every=0)
     run(worker, should_stop=lambda: worker.counters.finished + worker.counters.failed >= 2)
     assert cancelled == [hung] and worker.counters.timed_out == 1, worker.counters
+    assert threads == [[], []], threads
     rows = dict(conn.execute("SELECT id, status::text || ':' || coalesce(error_text, '') FROM queue.history"
                              " WHERE stage = 'aw.timeout'").fetchall())
     assert rows[hung].startswith("fatal:timed out after 0.5 s (task_timeout)"), rows
@@ -236,13 +250,17 @@ def test_async_until_empty_returns_once_nothing_is_due(url: str, conn: psycopg.C
     ids = enqueue(conn, "aw.empty", [{"n": n} for n in range(5)])
     conn.execute("SELECT queue.configure_stage('aw.empty', backoff_base => '0')")
 
+    threads: list[list[str]] = []
+
     async def handler(task: Task) -> None:
+        threads.append(worker_threads())
         if task.payload["n"] == 0 and task.attempt == 1:
             raise Fail("once")
 
     worker = AsyncWorker(url, {"aw.empty": handler}, batch=2, concurrency=2, until_empty=True, idle_wait=30)
     counters = run(worker)
     assert (counters.finished, counters.failed) == (5, 1), counters
+    assert threads == [[]] * 6, threads
     assert conn.execute("SELECT count(*) FROM queue.history WHERE id = ANY(%s) AND status = 'done'",
                         (ids,)).fetchone() == (5,)
 
@@ -267,6 +285,7 @@ def test_async_worker_finishes_a_task_while_the_server_restarts(restart_cluster:
     with psycopg.connect(url, autocommit=True) as c:
         (first,) = enqueue(c, "aw.restart", [{"first": True}])
     caplog.set_level(logging.WARNING, logger="skiplock.worker")
+    threads: list[list[str]] = []
 
     async def main() -> AsyncWorker:
         worker = AsyncWorker(url, lease=60, idle_wait=0.5, maintain_every=0)
@@ -274,6 +293,7 @@ def test_async_worker_finishes_a_task_while_the_server_restarts(restart_cluster:
 
         @worker.handler("aw.restart")
         async def handler(task: Task) -> None:
+            threads.append(worker_threads())
             if task.payload.get("first"):
                 started.set()
                 await asyncio.wait_for(down.wait(), 60)
@@ -301,3 +321,4 @@ def test_async_worker_finishes_a_task_while_the_server_restarts(restart_cluster:
                          " ORDER BY id").fetchall()
     assert rows[0] == (first, "done", 1) and len(rows) == 2 and rows[1][1:] == ("done", 1), rows
     assert "connection lost" in caplog.text or "cannot connect" in caplog.text, caplog.text
+    assert threads == [[], []], threads

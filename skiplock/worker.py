@@ -1,4 +1,5 @@
-"""skiplock's worker library: handlers per stage, run by threads in one process, over the SQL API.
+"""skiplock's worker library: handlers per stage, run by threads (Worker) or asyncio (AsyncWorker)
+in one process, over the SQL API.
 
     from skiplock.worker import Worker, Fail, Snooze
 
@@ -45,13 +46,32 @@ handler whose writes must commit with the task's end. Every failure is logged on
 "skiplock.worker.task" (a child of "skiplock.worker", the worker's own lines) with
 extra={"task_id", "stage", "attempt", "error"}.
 
-Async handlers (`async def`) run on one event loop thread of the worker, so `concurrency` of them
-wait at once at the cost of one thread each only while they run; past its time limit, or past
-shutdown_timeout after stop(), an async handler is cancelled. In an asyncio application,
-AsyncWorker (same arguments and handlers) is `await worker.run()`: the same loop in an executor
-thread, the async handlers on the caller's event loop. The loop itself stays this one (threads,
-psycopg's sync connections): an asyncio loop on psycopg's AsyncConnection would be a second copy
-of every rule above.
+Async handlers (`async def`) given to Worker run on one event loop thread of the worker, so
+`concurrency` of them wait at once at the cost of one thread each only while they run; past its
+time limit, or past shutdown_timeout after stop(), an async handler is cancelled.
+
+In an asyncio application, AsyncWorker (same arguments and handlers) is `await worker.run()`:
+
+    worker = AsyncWorker("postgresql://app@localhost/app", concurrency=50)
+
+    @worker.handler("email")
+    async def send(task):
+        await task.progress({"step": "sending"})   # an asyncio task: await it for the answer
+        return {"sent": True}
+
+    await worker.run(install_signals=True)         # loop.add_signal_handler(SIGTERM / SIGINT)
+
+It runs the loop above on psycopg's AsyncConnection in the caller's event loop, with no thread of
+its own: the takes, LISTEN (AsyncConnection.notifies), the heartbeats and the maintenance are
+asyncio tasks; each handler is one (an async handler on the loop, `concurrency` at once; a sync
+handler in a daemon thread, as asyncio.to_thread runs one but without holding the process's exit).
+The rules are written once for both I/O styles: the statements (module constants), what an error
+means (_DbRules: reconnect, retry with backoff, the pooler fallback, Refused), the leases in hand
+(_Leases), a task's end (_end_statement, _cut_short, Worker._recorded), the settings and the
+maintenance's logging; Worker and AsyncWorker only wait differently (threads and Events;
+coroutines). What AsyncWorker does not do as Worker does: a sync handler's thread past its time
+limit or the shutdown cannot be cancelled (its result is dropped, as in Worker); in transactional
+mode task.conn is an AsyncConnection, which a sync handler cannot use.
 """
 
 from __future__ import annotations
@@ -1201,9 +1221,11 @@ class AsyncWorker(Worker):
     the leases of _Leases, the ends of _end_statement), its I/O on psycopg's AsyncConnection in the
     caller's event loop, with no thread of its own: the takes, LISTEN (AsyncConnection.notifies),
     the heartbeats and the maintenance are asyncio tasks. `concurrency` handlers run at once, each
-    an asyncio task: an async handler on the loop, a sync one through asyncio.to_thread (a thread
-    of the loop's default executor, which cannot be cancelled: past its time limit or the shutdown
-    its result is dropped). An async handler past task_timeout, whose lease is lost, or still
+    an asyncio task: an async handler on the loop, a sync one in a daemon thread of its own (as
+    asyncio.to_thread, but not the default executor, whose threads asyncio.run joins at exit: a
+    thread cannot be cancelled, so past its time limit or the shutdown its result is dropped). In
+    an async handler, Task.cancelled() is for a look without waiting (its wait blocks the loop):
+    the handler is cancelled anyway. An async handler past task_timeout, whose lease is lost, or still
     running shutdown_timeout after stop() is cancelled (after cancel_wait seconds). In
     transactional mode task.conn is the batch's AsyncConnection (its transaction): the handlers
     of a batch run one after another, each in a savepoint, as in Worker; a sync handler cannot use

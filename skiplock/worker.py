@@ -1051,7 +1051,6 @@ class Worker:
                 for stage, task_id, payload, attempt in rows:
                     self._count("taken", 1)
                     task = Task(task_id, payload, attempt, None, stage, conn=conn)
-                    extra = {"task_id": task_id, "stage": stage, "attempt": attempt}
                     try:
                         with tracing.task_span(task), conn.transaction():
                             next_stage, result = _outcome(self._handler_for(stage)(task))
@@ -1063,12 +1062,7 @@ class Worker:
                     except Exception as e:  # noqa: BLE001 - the handler's writes are rolled back to the savepoint
                         if isinstance(e, psycopg.Error) and (_lost_connection(e, conn) or prepared_lost(e)):
                             raise
-                        error, fatal, retry_in = _failure(e)
-                        if isinstance(e, Snooze):
-                            retry_in = e.seconds
-                        log.warning("task %s (%s, attempt %s) failed%s: %s", task_id, stage, attempt,
-                                    " for good" if fatal else "", error, extra={**extra, "error": error, "fatal": fatal})
-                        conn.execute(FAIL_LOCKED, (task_id, storable(error), fatal, retry_in, self.name, stage))
+                        conn.execute(FAIL_LOCKED, _locked_failure(task, e, self.name))
                         self._count("failed", 1)
         except psycopg.Error as e:
             if prepared_lost(e):   # a transaction pooler: the batch rolled back; again unprepared
@@ -1619,7 +1613,6 @@ class AsyncWorker(Worker):
                 for stage, task_id, payload, attempt in rows:
                     self._count("taken", 1)
                     task = Task(task_id, payload, attempt, None, stage, conn=conn)
-                    extra = {"task_id": task_id, "stage": stage, "attempt": attempt}
                     try:
                         with tracing.task_span(task):
                             async with conn.transaction():
@@ -1636,12 +1629,7 @@ class AsyncWorker(Worker):
                     except Exception as e:  # noqa: BLE001 - the handler's writes are rolled back to the savepoint
                         if isinstance(e, psycopg.Error) and (_lost_connection(e, conn) or prepared_lost(e)):
                             raise
-                        error, fatal, retry_in = _failure(e)
-                        if isinstance(e, Snooze):
-                            retry_in = e.seconds
-                        log.warning("task %s (%s, attempt %s) failed%s: %s", task_id, stage, attempt,
-                                    " for good" if fatal else "", error, extra={**extra, "error": error, "fatal": fatal})
-                        await conn.execute(FAIL_LOCKED, (task_id, storable(error), fatal, retry_in, self.name, stage))
+                        await conn.execute(FAIL_LOCKED, _locked_failure(task, e, self.name))
                         self._count("failed", 1)
         except psycopg.Error as e:
             if prepared_lost(e):
@@ -1714,6 +1702,18 @@ def _cut_short(task: Task, outcome: list[tuple[str, Any]], goes_on: str) -> None
                                              + ("" if outcome else goes_on))))
     elif task.cancel_reason is not None and not outcome:
         outcome.append(("error", Interrupted(f"cut short {task.cancel_detail}".strip())))
+
+
+def _locked_failure(task: Task, e: BaseException, worker: str) -> tuple[Any, ...]:
+    """FAIL_LOCKED's parameters for what a handler raised in transactional mode (a Snooze is a
+    failed attempt due again in its seconds), the failure logged."""
+    error, fatal, retry_in = _failure(e)
+    if isinstance(e, Snooze):
+        retry_in = e.seconds
+    log.warning("task %s (%s, attempt %s) failed%s: %s", task.id, task.stage, task.attempt, " for good" if fatal else "",
+                error, extra={"task_id": task.id, "stage": task.stage, "attempt": task.attempt, "error": error,
+                              "fatal": fatal})
+    return task.id, storable(error), fatal, retry_in, worker, task.stage
 
 
 def _outcome(value: Any) -> tuple[str | None, Any]:

@@ -167,18 +167,20 @@ def test_async_transactional_mode_commits_a_handlers_writes_with_the_finish(url:
     assert rows == {ok: "done:", bad: "fatal:no second order"}, rows
 
 
-def test_async_shutdown_timeout_cancels_a_long_handler_and_releases_its_task(url: str, conn: psycopg.Connection) -> None:
-    """stop() while an async handler never ends: past shutdown_timeout it is cancelled and its task
-    released (ready, the attempt not counted)."""
-    (task_id,) = enqueue(conn, "aw.long", [{}])
+@pytest.mark.parametrize("now", [False, True])
+def test_async_shutdown_timeout_cancels_a_long_handler_and_releases_its_task(url: str, conn: psycopg.Connection,
+                                                                            now: bool) -> None:
+    """stop() while an async handler never ends: past shutdown_timeout (stop(now=True): at once,
+    the timeout an hour) it is cancelled and its task released (ready, the attempt not counted)."""
+    (task_id,) = enqueue(conn, f"aw.long.{now}", [{}])
     cancelled: list[int] = []
     threads: list[list[str]] = []
 
     async def main() -> AsyncWorker:
-        worker = AsyncWorker(url, idle_wait=0.2, maintain_every=0, shutdown_timeout=0.5)
+        worker = AsyncWorker(url, idle_wait=0.2, maintain_every=0, shutdown_timeout=3600 if now else 0.5)
         started = asyncio.Event()
 
-        @worker.handler("aw.long")
+        @worker.handler(f"aw.long.{now}")
         async def forever(task: Task) -> None:
             threads.append(worker_threads())
             started.set()
@@ -190,7 +192,7 @@ def test_async_shutdown_timeout_cancels_a_long_handler_and_releases_its_task(url
 
         async def stopper() -> None:
             await asyncio.wait_for(started.wait(), 60)
-            worker.stop()
+            worker.stop(now=now)
 
         await asyncio.wait_for(asyncio.gather(worker.run(), stopper()), 120)
         return worker
@@ -246,7 +248,8 @@ def test_async_task_timeout_cancels_the_handler_and_fails_the_attempt(url: str, 
 
 
 def test_async_until_empty_returns_once_nothing_is_due(url: str, conn: psycopg.Connection) -> None:
-    """until_empty=True: run() returns by itself once the stage is drained (a retried task included)."""
+    """until_empty=True: run() returns by itself once the stage is drained (a retried task included);
+    on_end hears of each end."""
     ids = enqueue(conn, "aw.empty", [{"n": n} for n in range(5)])
     conn.execute("SELECT queue.configure_stage('aw.empty', backoff_base => '0')")
 
@@ -257,9 +260,12 @@ def test_async_until_empty_returns_once_nothing_is_due(url: str, conn: psycopg.C
         if task.payload["n"] == 0 and task.attempt == 1:
             raise Fail("once")
 
-    worker = AsyncWorker(url, {"aw.empty": handler}, batch=2, concurrency=2, until_empty=True, idle_wait=30)
+    ends: list[str] = []
+    worker = AsyncWorker(url, {"aw.empty": handler}, batch=2, concurrency=2, until_empty=True, idle_wait=30,
+                         on_end=lambda task, ending: ends.append(ending.what))
     counters = run(worker)
     assert (counters.finished, counters.failed) == (5, 1), counters
+    assert sorted(ends) == ["failed"] + ["finished"] * 5, ends
     assert threads == [[]] * 6, threads
     assert conn.execute("SELECT count(*) FROM queue.history WHERE id = ANY(%s) AND status = 'done'",
                         (ids,)).fetchone() == (5,)

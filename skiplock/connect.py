@@ -18,7 +18,7 @@ A worker not told of a transaction pooler finds out when a statement it prepared
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # psycopg is imported when a connection is made: the CLI parses its options without it
     import psycopg
@@ -75,7 +75,10 @@ def connect(url: str, **kwargs: Any) -> psycopg.Connection:
     return unique_statement_names(psycopg.connect(url, **kwargs))
 
 
-def unique_statement_names(conn: psycopg.Connection) -> psycopg.Connection:
+C = TypeVar("C", "psycopg.Connection", "psycopg.AsyncConnection")
+
+
+def unique_statement_names(conn: C) -> C:
     """Start the names of the statements psycopg prepares on conn (_pg3_0, _pg3_1, … on every
     connection) at a random number: through a pooler in transaction mode that nobody announced, a
     name we prepared must never meet another client's statement of that name on a server

@@ -1,4 +1,5 @@
-"""skiplock's worker library: handlers per stage, run by threads in one process, over the SQL API.
+"""skiplock's worker library: handlers per stage, run by threads (Worker) or asyncio (AsyncWorker)
+in one process, over the SQL API.
 
     from skiplock.worker import Worker, Fail, Snooze
 
@@ -45,13 +46,32 @@ handler whose writes must commit with the task's end. Every failure is logged on
 "skiplock.worker.task" (a child of "skiplock.worker", the worker's own lines) with
 extra={"task_id", "stage", "attempt", "error"}.
 
-Async handlers (`async def`) run on one event loop thread of the worker, so `concurrency` of them
-wait at once at the cost of one thread each only while they run; past its time limit, or past
-shutdown_timeout after stop(), an async handler is cancelled. In an asyncio application,
-AsyncWorker (same arguments and handlers) is `await worker.run()`: the same loop in an executor
-thread, the async handlers on the caller's event loop. The loop itself stays this one (threads,
-psycopg's sync connections): an asyncio loop on psycopg's AsyncConnection would be a second copy
-of every rule above.
+Async handlers (`async def`) given to Worker run on one event loop thread of the worker, so
+`concurrency` of them wait at once at the cost of one thread each only while they run; past its
+time limit, or past shutdown_timeout after stop(), an async handler is cancelled.
+
+In an asyncio application, AsyncWorker (same arguments and handlers) is `await worker.run()`:
+
+    worker = AsyncWorker("postgresql://app@localhost/app", concurrency=50)
+
+    @worker.handler("email")
+    async def send(task):
+        await task.progress({"step": "sending"})   # an asyncio task: await it for the answer
+        return {"sent": True}
+
+    await worker.run(install_signals=True)         # loop.add_signal_handler(SIGTERM / SIGINT)
+
+It runs the loop above on psycopg's AsyncConnection in the caller's event loop, with no thread of
+its own: the takes, LISTEN (AsyncConnection.notifies), the heartbeats and the maintenance are
+asyncio tasks; each handler is one (an async handler on the loop, `concurrency` at once; a sync
+handler in a daemon thread, as asyncio.to_thread runs one but without holding the process's exit).
+The rules are written once for both I/O styles: the statements (module constants), what an error
+means (_DbRules: reconnect, retry with backoff, the pooler fallback, Refused), the leases in hand
+(_Leases), a task's end (_end_statement, _cut_short, Worker._recorded), the settings and the
+maintenance's logging; Worker and AsyncWorker only wait differently (threads and Events;
+coroutines). What AsyncWorker does not do as Worker does: a sync handler's thread past its time
+limit or the shutdown cannot be cancelled (its result is dropped, as in Worker); in transactional
+mode task.conn is an AsyncConnection, which a sync handler cannot use.
 """
 
 from __future__ import annotations
@@ -86,6 +106,33 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0   # seconds between attempts at a statemen
 SETTINGS_EVERY = 30.0   # seconds between reads of a stage's queue.worker_settings (time limit, paused)
 ROUTINE_STEPS = ("roll_up_hours", "finished_counts")  # maintain steps that do work every round: logged at DEBUG
 
+# The statements of a worker, written once for both loops (Worker on threads, AsyncWorker on asyncio).
+TAKE_ONE = ("SELECT %s::text, id, payload, attempt, lease, extract(epoch FROM lease_expires - now())::float8"
+            " FROM queue.take_next(stage => %s, batch => %s, lease_for => %s * interval '1 second', worker => %s)")
+TAKE_SEVERAL = ("SELECT stage, id, payload, attempt, lease, extract(epoch FROM lease_expires - now())::float8"
+                " FROM queue.take_next(stages => %s::text[], batch => %s, lease_for => %s * interval '1 second',"
+                " worker => %s)")
+TAKE_ONE_TEXT = TAKE_ONE.replace(" payload,", " payload::text,")          # Worker(raw_payload=True)
+TAKE_SEVERAL_TEXT = TAKE_SEVERAL.replace(" payload,", " payload::text,")
+FINISH = ("SELECT queue.finish(id => %s, lease => %s, next_stage => %s, stage => %s, result => %s)")
+FAIL = ("SELECT queue.fail(id => %s, lease => %s, error => %s, fatal => %s,"
+        " retry_in => %s::float8 * interval '1 second', stage => %s)")
+SNOOZE = "SELECT queue.release(id => %s, lease => %s, retry_in => %s * interval '1 second', stage => %s)"
+RELEASE = "SELECT queue.release(id => %s, lease => %s, stage => %s)"
+HEARTBEAT = ("SELECT queue.heartbeat(id => %s, lease => %s, lease_for => %s * interval '1 second',"
+             " stage => %s, progress => %s)")
+TAKE_LOCKED_ONE = "SELECT %s::text, id, payload, attempt FROM queue.take_locked(stage => %s, batch => %s)"
+TAKE_LOCKED_SEVERAL = "SELECT stage, id, payload, attempt FROM queue.take_locked(stages => %s::text[], batch => %s)"
+FINISH_LOCKED = "SELECT queue.finish_locked(id => %s, worker => %s, stage => %s, result => %s)"
+FAIL_LOCKED = ("SELECT queue.fail_locked(id => %s, error => %s, fatal => %s,"
+               " retry_in => %s::float8 * interval '1 second', worker => %s, stage => %s)")
+MAINTAIN_NOW = "SELECT task, count, detail FROM queue.maintain_now()"
+WORKER_SETTINGS = "SELECT extract(epoch FROM s.task_timeout)::float8, s.paused FROM queue.worker_settings(%s) s"
+TASK_TIMEOUT = "SELECT extract(epoch FROM queue.task_timeout(%s))::float8"   # a database older than worker_settings
+MAINTAIN_DENIED = ("maintain: %s: this login does not maintain the queue (queue.maintain_now() is granted to "
+                   "skiplock_worker: run `skiplock maintain`, or set maintain_every=0)")
+
+
 
 @dataclass
 class Task:
@@ -94,7 +141,7 @@ class Task:
     attempt: int
     lease: str | None     # None in transactional mode
     stage: str
-    conn: psycopg.Connection | None = None   # transactional mode: the batch's transaction
+    conn: Any = None   # transactional mode: the batch's transaction (AsyncWorker: an AsyncConnection)
     timeout: float | None = None   # the handler's time limit, seconds (task_timeout), None for none
     started: float = field(default_factory=time.monotonic)   # when its handler started (time.monotonic())
     cancel_reason: str | None = None   # why the handler should end now: "timeout", "lost" or "shutdown"
@@ -243,7 +290,7 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 
-def _lost_connection(e: BaseException, conn: psycopg.Connection | None) -> bool:
+def _lost_connection(e: BaseException, conn: psycopg.Connection | psycopg.AsyncConnection | None) -> bool:
     """Did e come from a lost connection (terminated backend, server restart, network)?"""
     if not isinstance(e, (psycopg.OperationalError, psycopg.InterfaceError)):
         return False
@@ -253,7 +300,52 @@ def _lost_connection(e: BaseException, conn: psycopg.Connection | None) -> bool:
     return state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
-class _Db:
+class _DbRules:
+    """What a worker's connection does about an error, for both I/O styles (_Db: psycopg's
+    Connection in threads; _AsyncDb: AsyncConnection on asyncio): the rules, not the waiting."""
+    worker: Worker
+    role: str
+    prepares: bool   # the connection prepares statements (made before a pooler was found)
+
+    def _connect_failed(self, e: psycopg.OperationalError, give_up: bool, delay: float) -> None:
+        """A failed connection attempt: Refused when waiting does not cure it, Unreachable when the
+        caller gives up (the worker stops, or the statement's lease ran out); else it is logged and
+        tried again after delay."""
+        if refused_login(e) or not transient(e):
+            raise Refused(f"{self.role} connection: {_one_line(e)}") from e
+        if give_up:
+            raise Unreachable(f"{self.role} connection: {_one_line(e)}") from e
+        log.warning("%s: cannot connect (%s); retrying in %g s", self.role, _one_line(e), delay,
+                    extra={"error": _one_line(e)})
+
+    def _said_lost(self, e: BaseException) -> None:
+        log.warning("%s connection lost (%s: %s): reconnecting", self.role, type(e).__name__, _one_line(e),
+                    extra={"error": _one_line(e)})
+        self.worker._count("reconnects", 1)
+
+    def _statement_failed(self, e: psycopg.Error, conn: Any, holds: bool, delay: float) -> bool:
+        """A statement failed: True to run it again at once on a new connection (a lost connection,
+        or one that prepared statements through a pooler found meanwhile), False to close the
+        connection if it prepared, then run it again after delay; e raised when waiting does not
+        cure it or the statement no longer holds (the worker stops, its lease ran out)."""
+        if _lost_connection(e, conn) and not prepared_lost(e):
+            self._said_lost(e)  # then the same statement again: a lease stays valid meanwhile
+            return True
+        if self.prepares and not self.worker.sessions and not prepared_lost(e) and holds:
+            # A pooler found meanwhile: this connection's statement may have met another
+            # client's prepared statement of the same name. Again, unprepared.
+            log.warning("%s: %s on a connection that prepared statements through a pooler; again unprepared",
+                        self.role, _one_line(e))
+            return True
+        if not transient(e) or not holds:
+            raise e
+        if prepared_lost(e):
+            self.worker._pooler_found(e)   # the next connection prepares nothing and does not LISTEN
+        log.warning("%s: %s; retrying in %g s", self.role, _one_line(e), delay, extra={"error": _one_line(e)})
+        return False
+
+
+class _Db(_DbRules):
     """A connection that comes back when it is lost: query() reconnects (LISTEN again if asked)
     with backoff, then runs the statement again. Once the worker stops, a failed connection attempt
     raises Unreachable; a refused login raises Refused at once."""
@@ -286,12 +378,7 @@ class _Db:
             except psycopg.OperationalError as e:
                 if conn is not None:
                     conn.close()
-                if refused_login(e) or not transient(e):
-                    raise Refused(f"{self.role} connection: {_one_line(e)}") from e
-                if self.halt.is_set() or (holds is not None and not holds()):
-                    raise Unreachable(f"{self.role} connection: {_one_line(e)}") from e
-                log.warning("%s: cannot connect (%s); retrying in %g s", self.role, _one_line(e), delay,
-                            extra={"error": _one_line(e)})
+                self._connect_failed(e, self.halt.is_set() or (holds is not None and not holds()), delay)
                 failed = True
                 self.halt.wait(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
@@ -300,9 +387,7 @@ class _Db:
         return self.conn
 
     def lost(self, e: BaseException) -> None:
-        log.warning("%s connection lost (%s: %s): reconnecting", self.role, type(e).__name__, _one_line(e),
-                    extra={"error": _one_line(e)})
-        self.worker._count("reconnects", 1)
+        self._said_lost(e)
         self.close()
 
     def query(self, query: Any, params: Any = (), holds: Callable[[], bool] | None = None) -> list[tuple]:
@@ -317,22 +402,11 @@ class _Db:
                 cur = conn.execute(query, params)
                 return cur.fetchall() if cur.description else []
             except psycopg.Error as e:
-                if _lost_connection(e, conn) and not prepared_lost(e):
-                    self.lost(e)  # then the same statement again: a lease stays valid meanwhile
-                    continue
-                if self.prepares and not self.worker.sessions and not prepared_lost(e) and holds():
-                    # A pooler found meanwhile: this connection's statement may have met another
-                    # client's prepared statement of the same name. Again, unprepared.
-                    log.warning("%s: %s on a connection that prepared statements through a pooler; again unprepared",
-                                self.role, _one_line(e))
+                if self._statement_failed(e, conn, holds(), delay):
                     self.close()
                     continue
-                if not transient(e) or not holds():
-                    raise
                 if prepared_lost(e):
-                    self.worker._pooler_found(e)
-                    self.close()   # the next connection prepares nothing and does not LISTEN
-                log.warning("%s: %s; retrying in %g s", self.role, _one_line(e), delay, extra={"error": _one_line(e)})
+                    self.close()
                 self.halt.wait(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
 
@@ -353,18 +427,13 @@ class _Held:
     lost: bool = False
 
 
-class _Heartbeat(threading.Thread):
-    """Extends the leases of the tasks in hand every third of their lease, on its own connection;
-    progress() stores a handler's progress through it."""
+class _Leases:
+    """The leases of the tasks in hand, for both heartbeats (a thread's, an asyncio task's): which
+    are due for a heartbeat (a third of their lease), which hold, which were found lost."""
 
-    def __init__(self, worker: Worker) -> None:
-        super().__init__(daemon=True, name="skiplock-heartbeat")
-        self.worker = worker
+    def __init__(self) -> None:
         self.held: dict[int, _Held] = {}
         self.mutex = threading.Lock()
-        self.db_mutex = threading.Lock()
-        self.halt = threading.Event()
-        self.db = _Db(worker, "heartbeat", self.halt)
 
     def add(self, task: Task, period: float) -> None:
         assert task.lease is not None
@@ -385,40 +454,71 @@ class _Heartbeat(threading.Thread):
             h = self.held.get(task_id)
             return h is None or h.lost
 
-    def beat(self, task_id: int, progress: Any = None) -> bool:
-        """queue.heartbeat on one task (with progress when given); False when the lease is lost."""
+    def due(self) -> list[int]:
+        now = time.monotonic()
+        with self.mutex:
+            return [i for i, h in self.held.items() if not h.lost and h.expires - now < h.period * 2 / 3]
+
+    def to_beat(self, task_id: int) -> _Held | None:
+        """The lease to extend, None when it is no longer held."""
         with self.mutex:
             h = self.held.get(task_id)
-        if h is None or h.lost:
-            return False
-        started = time.monotonic()
-        try:
-            with self.db_mutex:
-                self.db.query("SELECT queue.heartbeat(id => %s, lease => %s, lease_for => %s * interval '1 second',"
-                              " stage => %s, progress => %s)",
-                              (task_id, h.lease, h.period, h.stage, None if progress is None else Jsonb(progress)),
-                              holds=lambda: self.holds(task_id) and not self.halt.is_set())
-        except psycopg.Error as e:
-            if e.sqlstate != "SK001":  # the lease may run out: reap_hung() recovers it
-                log.warning("heartbeat on %s: %s", task_id, _one_line(e),
-                            extra={"task_id": task_id, "stage": h.stage, "error": _one_line(e)})
-                return True
-            with self.mutex:
-                h.lost = True
-            if h.task is not None:
-                h.task._cancel_now("lost")
-            return False
+        return None if h is None or h.lost else h
+
+    @staticmethod
+    def params(task_id: int, h: _Held, progress: Any) -> tuple[Any, ...]:
+        return (task_id, h.lease, h.period, h.stage, None if progress is None else Jsonb(progress))
+
+    def beat_failed(self, task_id: int, h: _Held, e: psycopg.Error) -> bool:
+        """A heartbeat's error: SK001 (the lease is no longer ours) marks it lost and cancels the
+        handler ("lost"): False; any other is logged and the lease may run out (reap_hung()
+        recovers it): True."""
+        if e.sqlstate != "SK001":
+            log.warning("heartbeat on %s: %s", task_id, _one_line(e),
+                        extra={"task_id": task_id, "stage": h.stage, "error": _one_line(e)})
+            return True
+        with self.mutex:
+            h.lost = True
+        if h.task is not None:
+            h.task._cancel_now("lost")
+        return False
+
+    def renewed(self, h: _Held, started: float) -> bool:
         with self.mutex:
             h.expires = started + h.period
         return True
 
+
+class _Heartbeat(_Leases, threading.Thread):
+    """Extends the leases of the tasks in hand every third of their lease, on its own connection;
+    progress() stores a handler's progress through it."""
+
+    def __init__(self, worker: Worker) -> None:
+        _Leases.__init__(self)
+        threading.Thread.__init__(self, daemon=True, name="skiplock-heartbeat")
+        self.worker = worker
+        self.db_mutex = threading.Lock()
+        self.halt = threading.Event()
+        self.db = _Db(worker, "heartbeat", self.halt)
+
+    def beat(self, task_id: int, progress: Any = None) -> bool:
+        """queue.heartbeat on one task (with progress when given); False when the lease is lost."""
+        h = self.to_beat(task_id)
+        if h is None:
+            return False
+        started = time.monotonic()
+        try:
+            with self.db_mutex:
+                self.db.query(HEARTBEAT, self.params(task_id, h, progress),
+                              holds=lambda: self.holds(task_id) and not self.halt.is_set())
+        except psycopg.Error as e:
+            return self.beat_failed(task_id, h, e)
+        return self.renewed(h, started)
+
     def run(self) -> None:
         try:
             while not self.halt.wait(0.1):
-                now = time.monotonic()
-                with self.mutex:
-                    due = [i for i, h in self.held.items() if not h.lost and h.expires - now < h.period * 2 / 3]
-                for task_id in due:
+                for task_id in self.due():
                     self.beat(task_id)
         except (Unreachable, Refused) as e:
             log.warning("heartbeat: %s", e)
@@ -443,31 +543,14 @@ class _Maintainer(threading.Thread):
                     if conn is None or conn.closed or conn.broken:
                         conn = psycopg.connect(self.url, autocommit=True, prepare_threshold=None, connect_timeout=5)
                     with conn.transaction():  # no row when another worker runs it now
-                        rows = conn.execute("SELECT task, count, detail FROM queue.maintain_now()").fetchall()
-                    for task, count, detail in rows:
-                        if count:  # the rollups run every round: routine, not news
-                            log.log(logging.DEBUG if task in ROUTINE_STEPS else logging.INFO,
-                                    "maintain: %s %s%s", task, count, f" ({detail})" if detail else "")
+                        rows = conn.execute(MAINTAIN_NOW).fetchall()
+                    _maintained(rows)
                 except psycopg.Error as e:
-                    if e.sqlstate == "42501":
-                        log.warning("maintain: %s: this login does not maintain the queue (queue.maintain_now() is "
-                                    "granted to skiplock_worker: run `skiplock maintain`, or set maintain_every=0)",
-                                    e.diag.message_primary)
+                    if not _maintain_failed(e, self.every):
                         return
-                    log.warning("maintain: %s; trying again in %g s", _one_line(e), self.every,
-                                extra={"error": _one_line(e)})
         finally:
             if conn is not None:
                 conn.close()
-
-
-TAKE_ONE = ("SELECT %s::text, id, payload, attempt, lease, extract(epoch FROM lease_expires - now())::float8"
-            " FROM queue.take_next(stage => %s, batch => %s, lease_for => %s * interval '1 second', worker => %s)")
-TAKE_SEVERAL = ("SELECT stage, id, payload, attempt, lease, extract(epoch FROM lease_expires - now())::float8"
-                " FROM queue.take_next(stages => %s::text[], batch => %s, lease_for => %s * interval '1 second',"
-                " worker => %s)")
-TAKE_ONE_TEXT = TAKE_ONE.replace(" payload,", " payload::text,")          # Worker(raw_payload=True)
-TAKE_SEVERAL_TEXT = TAKE_SEVERAL.replace(" payload,", " payload::text,")
 
 
 class Worker:
@@ -508,7 +591,7 @@ class Worker:
         self._why = ""                           # why they are: "after the shutdown timeout (30 s)"
         self._slots = threading.Condition()
         self._run_slots = threading.BoundedSemaphore(concurrency)   # handlers running at a time
-        self._running: dict[int, tuple[Task, threading.Thread]] = {}
+        self._running: dict[int, tuple[Task, Any]] = {}   # its thread (AsyncWorker: its asyncio task)
         self._pool: _queue.SimpleQueue[_Db] = _queue.SimpleQueue()
         # queue.worker_settings per stage, read at most every SETTINGS_EVERY seconds:
         # stage -> (task_timeout in seconds or None, paused, when read, time.monotonic())
@@ -700,18 +783,16 @@ class Worker:
         queue.worker_settings, read at most every SETTINGS_EVERY seconds a stage (and at once when a
         task was `taken` from a stage last seen paused). Logs (info) the time limit when it changes,
         and one line when the stage is paused or resumed. A passing error keeps what was known."""
-        with self._counting:
-            known = self._settings.get(stage)
-        if known is not None and time.monotonic() < known[2] + SETTINGS_EVERY and not (taken and known[1]):
+        known = self._settings_known(stage)
+        if not self._settings_due(known, taken):
+            assert known is not None
             return known[0], known[1]
         try:
-            ((seconds, paused),) = db.query("SELECT extract(epoch FROM s.task_timeout)::float8, s.paused"
-                                            " FROM queue.worker_settings(%s) s", (stage,), holds=lambda: False)
+            ((seconds, paused),) = db.query(WORKER_SETTINGS, (stage,), holds=lambda: False)
         except psycopg.errors.UndefinedFunction:  # a database older than worker_settings
             db.close()
             try:
-                seconds, paused = db.query("SELECT extract(epoch FROM queue.task_timeout(%s))::float8", (stage,),
-                                           holds=lambda: False)[0][0], False
+                seconds, paused = db.query(TASK_TIMEOUT, (stage,), holds=lambda: False)[0][0], False
             except psycopg.errors.UndefinedFunction:  # older than the time limit too
                 db.close()
                 seconds, paused = None, False
@@ -719,7 +800,21 @@ class Worker:
             if not transient(e):
                 raise
             return (known[0], known[1]) if known is not None else (None, False)
-        paused = bool(paused)
+        return self._settings_seen(stage, known, seconds, bool(paused))
+
+    def _settings_known(self, stage: str) -> tuple[float | None, bool, float] | None:
+        with self._counting:
+            return self._settings.get(stage)
+
+    @staticmethod
+    def _settings_due(known: tuple[float | None, bool, float] | None, taken: bool) -> bool:
+        """Read the stage's settings again: never read, SETTINGS_EVERY passed, or a task was taken
+        from a stage last seen paused."""
+        return known is None or time.monotonic() >= known[2] + SETTINGS_EVERY or (taken and known[1])
+
+    def _settings_seen(self, stage: str, known: tuple[float | None, bool, float] | None, seconds: float | None,
+                       paused: bool) -> tuple[float | None, bool]:
+        """The stage's settings as read: logged where they changed, kept."""
         if known is None or seconds != known[0]:
             log.info("task timeout of %s: %s", stage, f"{seconds:g} s (the stage's task_timeout)" if seconds else "none")
         if paused and (known is None or not known[1]):
@@ -797,11 +892,7 @@ class Worker:
                             future.cancel()
                 if task.cancel_reason == "timeout":
                     self._count("timed_out", 1)
-                    if not outcome or outcome[0][0] == "ok":   # its own error (it was stopped) says more
-                        outcome.insert(0, ("error", Fail(f"timed out after {timeout:g} s (task_timeout)" + (
-                            "" if outcome else "; the handler goes on, its result will be dropped"))))
-                elif not outcome:   # lost or shutdown, and it did not end in cancel_wait
-                    outcome.append(("error", Interrupted(f"cut short {task.cancel_detail}".strip())))
+                _cut_short(task, outcome, "; the handler goes on, its result will be dropped")
                 kind, value = outcome[0]
                 if kind == "error":
                     failed(value)
@@ -869,36 +960,17 @@ class Worker:
             log_task.warning("lease lost on %s: dropping the result", task.id, extra=extra)
             self._ended(task, "lost")
             return
-        if kind == "error" and task.cancel_reason == "shutdown" and not isinstance(value, Interrupted):
-            value = Interrupted(f"cut short {task.cancel_detail}: {_failure(value)[0]}")
+        query, params, what, error = _end_statement(task, kind, value)
         holds = lambda: self._heartbeat.holds(task.id)  # noqa: E731
         with self._db() as db:
             try:
-                if kind == "ok":
-                    next_stage, result = value
-                    ok = db.query("SELECT queue.finish(id => %s, lease => %s, next_stage => %s, stage => %s,"
-                                  " result => %s)", (task.id, task.lease, next_stage, task.stage,
-                                                     None if result is None else Jsonb(result)), holds)[0][0]
-                    what, error = "finished", None
-                    if ok:
-                        with self._counting:
-                            self.counters.finished_ids.append(task.id)
-                elif isinstance(value, Snooze):
-                    ok = db.query("SELECT queue.release(id => %s, lease => %s, retry_in => %s * interval '1 second',"
-                                  " stage => %s)", (task.id, task.lease, value.seconds, task.stage), holds)[0][0]
-                    if isinstance(value, Interrupted):
-                        what, error = "released", str(value)
-                        log_task.info("released %s (%s)", task.id, value, extra=extra)
-                    else:
-                        what, error = "snoozed", None
-                        log_task.info("snoozed %s for %.3f s", task.id, value.seconds, extra=extra)
-                else:
-                    error, fatal, retry_in = _failure(value)
-                    error = storable(error)  # as stored; a lone surrogate would also break a log handler's encoding
-                    log_task.warning("task %s (%s, attempt %s) failed%s: %s", task.id, task.stage, task.attempt,
-                                     " for good" if fatal else "", error, extra={**extra, "error": error, "fatal": fatal})
-                    ok, error = self._fail(db, task, error, fatal, retry_in, holds)
-                    what = "fatal" if fatal else "failed"
+                try:
+                    ok = db.query(query, params, holds)[0][0]
+                except (psycopg.Error, UnicodeError) as e:  # not a lost connection: _Db.query retries those
+                    if query is not FAIL or (isinstance(e, psycopg.Error) and transient(e)):
+                        raise
+                    params, error = _plain_failure(task, params, e)
+                    ok = db.query(query, params, holds)[0][0]
             except psycopg.Error as e:
                 if not transient(e):
                     raise
@@ -906,26 +978,24 @@ class Worker:
                                  _one_line(e), extra={**extra, "error": _one_line(e)})
                 self._ended(task, "unrecorded", _one_line(e), e)
                 return
-        if not ok:  # false: the lease was no longer ours (reaped and retaken, or cancelled)
+        self._recorded(task, bool(ok), what, error, value)
+
+    def _recorded(self, task: Task, ok: bool, what: str, error: str | None, value: Any) -> None:
+        """The end's statement returned ok: log and count it (false: the lease was no longer ours,
+        reaped and retaken, or cancelled)."""
+        extra = {"task_id": task.id, "stage": task.stage, "attempt": task.attempt}
+        if not ok:
             log_task.warning("lease lost on %s", task.id, extra=extra)
             self._ended(task, "lost")
             return
+        if what == "finished":
+            with self._counting:
+                self.counters.finished_ids.append(task.id)
+        elif what == "released":
+            log_task.info("released %s (%s)", task.id, error, extra=extra)
+        elif what == "snoozed":
+            log_task.info("snoozed %s for %.3f s", task.id, value.seconds, extra=extra)
         self._ended(task, what, error)
-
-    def _fail(self, db: _Db, task: Task, error: str, fatal: bool, retry_in: float | None,
-              holds: Callable[[], bool]) -> tuple[bool, str]:
-        """queue.fail; an error text refused all the same is replaced by a plain one, once. Whether
-        it was recorded, and the text stored."""
-        query = ("SELECT queue.fail(id => %s, lease => %s, error => %s, fatal => %s,"
-                 " retry_in => %s::float8 * interval '1 second', stage => %s)")
-        try:
-            return db.query(query, (task.id, task.lease, storable(error), fatal, retry_in, task.stage), holds)[0][0], error
-        except (psycopg.Error, UnicodeError) as e:  # not a lost connection: _Db.query retries those
-            if isinstance(e, psycopg.Error) and transient(e):
-                raise
-            log.warning("fail on %s: the error text was refused (%s); recording a plain one", task.id, _one_line(e))
-            error = f"handler failed; its error text was refused ({type(e).__name__})"
-            return db.query(query, (task.id, task.lease, error, fatal, retry_in, task.stage), holds)[0][0], error
 
     def _shut_down(self, db: _Db) -> None:
         """Wait for the tasks in hand until the deadline stop() set (shutdown_timeout, or now); then
@@ -958,8 +1028,7 @@ class Worker:
             if future is not None:   # an async handler is cancelled; a thread cannot be
                 future.cancel()
             try:
-                ok = db.query("SELECT queue.release(id => %s, lease => %s, stage => %s)",
-                              (task.id, task.lease, task.stage), holds=lambda: False)[0][0]
+                ok = db.query(RELEASE, (task.id, task.lease, task.stage), holds=lambda: False)[0][0]
                 log_task.warning("task %s still running %s: %s", task.id, self._why, "released" if ok else "lease lost",
                                  extra={"task_id": task.id, "stage": task.stage})
                 self._ended(task, "released" if ok else "lost", f"still running {self._why}")
@@ -976,20 +1045,16 @@ class Worker:
         try:
             with conn.transaction():
                 if len(stages) == 1 and not stages[0].endswith("*"):
-                    rows = conn.execute("SELECT %s::text, id, payload, attempt FROM queue.take_locked(stage => %s,"
-                                        " batch => %s)", (stages[0], stages[0], self.batch)).fetchall()
+                    rows = conn.execute(TAKE_LOCKED_ONE, (stages[0], stages[0], self.batch)).fetchall()
                 else:
-                    rows = conn.execute("SELECT stage, id, payload, attempt FROM queue.take_locked(stages => %s::text[],"
-                                        " batch => %s)", (stages, self.batch)).fetchall()
+                    rows = conn.execute(TAKE_LOCKED_SEVERAL, (stages, self.batch)).fetchall()
                 for stage, task_id, payload, attempt in rows:
                     self._count("taken", 1)
                     task = Task(task_id, payload, attempt, None, stage, conn=conn)
-                    extra = {"task_id": task_id, "stage": stage, "attempt": attempt}
                     try:
                         with tracing.task_span(task), conn.transaction():
                             next_stage, result = _outcome(self._handler_for(stage)(task))
-                            conn.execute("SELECT queue.finish_locked(id => %s, worker => %s, stage => %s, result => %s)",
-                                         (task_id, self.name, stage, None if result is None else Jsonb(result)))
+                            conn.execute(FINISH_LOCKED, (task_id, self.name, stage, None if result is None else Jsonb(result)))
                             if next_stage is not None:
                                 raise Fatal("next_stage is not available in transactional mode")
                         self._count("finished", 1)
@@ -997,14 +1062,7 @@ class Worker:
                     except Exception as e:  # noqa: BLE001 - the handler's writes are rolled back to the savepoint
                         if isinstance(e, psycopg.Error) and (_lost_connection(e, conn) or prepared_lost(e)):
                             raise
-                        error, fatal, retry_in = _failure(e)
-                        if isinstance(e, Snooze):
-                            retry_in = e.seconds
-                        log.warning("task %s (%s, attempt %s) failed%s: %s", task_id, stage, attempt,
-                                    " for good" if fatal else "", error, extra={**extra, "error": error, "fatal": fatal})
-                        conn.execute("SELECT queue.fail_locked(id => %s, error => %s, fatal => %s,"
-                                     " retry_in => %s::float8 * interval '1 second', worker => %s, stage => %s)",
-                                     (task_id, storable(error), fatal, retry_in, self.name, stage))
+                        conn.execute(FAIL_LOCKED, _locked_failure(task, e, self.name))
                         self._count("failed", 1)
         except psycopg.Error as e:
             if prepared_lost(e):   # a transaction pooler: the batch rolled back; again unprepared
@@ -1022,23 +1080,204 @@ class Worker:
         return bool(rows)
 
 
+class _AsyncDb(_DbRules):
+    """_Db on psycopg's AsyncConnection: a connection that comes back when it is lost, the same
+    rules (_DbRules), the waits on the event loop."""
+    worker: AsyncWorker
+
+    def __init__(self, worker: AsyncWorker, role: str, halted: Callable[[], bool], listen: bool = False) -> None:
+        self.worker, self.role, self.halted, self.listen = worker, role, halted, listen
+        self.conn: psycopg.AsyncConnection | None = None
+        self.listening = False
+        self.prepares = False
+
+    async def connected(self, holds: Callable[[], bool] | None = None) -> psycopg.AsyncConnection:
+        delay, failed = BACKOFF_FIRST, False
+        if self.prepares and not self.worker.sessions:  # another connection found the pooler: prepare no more
+            await self.close()
+        while self.conn is None or self.conn.closed:
+            conn = None
+            try:
+                sessions = self.worker.sessions
+                conn = unique_statement_names(await psycopg.AsyncConnection.connect(
+                    self.worker.url, autocommit=True, prepare_threshold=5 if sessions else None))
+                self.listening = False
+                if self.listen and sessions:  # notifications sent while we were away are lost: the caller takes now
+                    for stage in self.worker.stages:
+                        if not stage.endswith("*"):
+                            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(stage))))
+                    self.listening = not any(s.endswith("*") for s in self.worker.stages)
+                self.conn, self.prepares = conn, sessions
+            except psycopg.OperationalError as e:
+                if conn is not None:
+                    await conn.close()
+                self._connect_failed(e, self.halted() or (holds is not None and not holds()), delay)
+                failed = True
+                await self.worker._sleep(delay, self.halted)
+                delay = min(delay * 2, BACKOFF_MAX)
+        if failed:
+            log.warning("%s connection: reconnected", self.role)
+        return self.conn
+
+    async def lost(self, e: BaseException) -> None:
+        self._said_lost(e)
+        await self.close()
+
+    async def query(self, query: Any, params: Any = (), holds: Callable[[], bool] | None = None) -> list[tuple]:
+        if holds is None:
+            holds = lambda: not self.halted()  # noqa: E731
+        delay = BACKOFF_FIRST
+        while True:
+            conn = await self.connected(holds if self.role == "finish" else None)
+            try:
+                cur = await conn.execute(query, params)
+                return await cur.fetchall() if cur.description else []
+            except psycopg.Error as e:
+                if self._statement_failed(e, conn, holds(), delay):
+                    await self.close()
+                    continue
+                if prepared_lost(e):
+                    await self.close()
+                await self.worker._sleep(delay, self.halted)
+                delay = min(delay * 2, BACKOFF_MAX)
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            conn, self.conn, self.listening = self.conn, None, False
+            await conn.close()
+
+
+async def _in_a_thread(fn: Callable[[Task], Any], task: Task) -> Any:
+    """fn(task) in a daemon thread of its own, awaited: asyncio.to_thread, but a handler that never
+    returns (past its time limit, cut short by the shutdown) does not hold the process's exit, as a
+    thread of the default executor would (asyncio.run and the interpreter join those)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if not future.done():
+            if error is None:
+                future.set_result(value)
+            else:
+                future.set_exception(error)
+
+    def call() -> None:
+        try:
+            value, error = fn(task), None
+        except BaseException as e:  # noqa: BLE001 - the handler's failure, raised where it is awaited
+            value, error = None, e
+        with contextlib.suppress(RuntimeError):   # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, value, error)
+
+    context = contextvars.copy_context()
+    threading.Thread(target=context.run, args=(call,), daemon=True, name=f"handler-{task.id}").start()
+    return await future
+
+
+class _AsyncHeartbeat(_Leases):
+    """_Heartbeat as an asyncio task: extends the leases of the tasks in hand, stores progress."""
+
+    def __init__(self, worker: AsyncWorker) -> None:
+        super().__init__()
+        self.worker = worker
+        self.halt = False
+        self.db = _AsyncDb(worker, "heartbeat", lambda: self.halt)
+        self.db_lock = asyncio.Lock()
+
+    async def beat(self, task_id: int, progress: Any = None) -> bool:
+        h = self.to_beat(task_id)
+        if h is None:
+            return False
+        started = time.monotonic()
+        try:
+            async with self.db_lock:
+                await self.db.query(HEARTBEAT, self.params(task_id, h, progress),
+                                    holds=lambda: self.holds(task_id) and not self.halt)
+        except psycopg.Error as e:
+            return self.beat_failed(task_id, h, e)
+        return self.renewed(h, started)
+
+    async def run(self) -> None:
+        try:
+            while not self.halt:
+                await asyncio.sleep(0.1)
+                for task_id in self.due():
+                    await self.beat(task_id)
+        except (Unreachable, Refused) as e:
+            log.warning("heartbeat: %s", e)
+        finally:
+            await self.db.close()
+
+
 class AsyncWorker(Worker):
-    """The same worker for an asyncio application: `await worker.run()`. The one loop above runs in
-    a thread of the default executor, its SQL on its own psycopg connections; async handlers run on
-    the caller's event loop (so they share its resources), `concurrency` of them at once, and are
-    cancelled past task_timeout or past shutdown_timeout after stop(); sync handlers run in threads
-    as in Worker. Cancelling run() stops the worker as stop() does, then cancels run() itself once
-    the loop has ended."""
+    """The worker for an asyncio application, `await worker.run()`: the same arguments, handlers
+    and rules as Worker (they are written once, above: the statements, the retries of _DbRules,
+    the leases of _Leases, the ends of _end_statement), its I/O on psycopg's AsyncConnection in the
+    caller's event loop, with no thread of its own: the takes, LISTEN (AsyncConnection.notifies),
+    the heartbeats and the maintenance are asyncio tasks. `concurrency` handlers run at once, each
+    an asyncio task: an async handler on the loop, a sync one in a daemon thread of its own (as
+    asyncio.to_thread, but not the default executor, whose threads asyncio.run joins at exit: a
+    thread cannot be cancelled, so past its time limit or the shutdown its result is dropped). In
+    an async handler, Task.cancelled() is for a look without waiting (its wait blocks the loop):
+    the handler is cancelled anyway. An async handler past task_timeout, whose lease is lost, or still
+    running shutdown_timeout after stop() is cancelled (after cancel_wait seconds). In
+    transactional mode task.conn is the batch's AsyncConnection (its transaction): the handlers
+    of a batch run one after another, each in a savepoint, as in Worker; a sync handler cannot use
+    it. task.progress(x) returns an asyncio task to await for the answer (from a sync handler's
+    thread: the answer). Cancelling run() stops the worker as stop() does, then cancels run()
+    itself once the loop has ended."""
+
+    def __init__(self, url: str, handlers: dict[str, Handler] | None = None, **options: Any) -> None:
+        super().__init__(url, handlers, **options)
+        self._poked: asyncio.Event | None = None     # set by stop() and by each task's end
+        self._strays: set[asyncio.Task] = set()     # handlers cancelled and not waited for
+        self._finishers: list[_AsyncDb] = []
+
+    # -- on the loop -----------------------------------------------------------------------------
+    def stop(self, now: bool = False, why: str = "") -> None:
+        super().stop(now, why)
+        self._poke()
+
+    def _poke(self) -> None:
+        """Wake the loop's waits (from the loop or from another thread)."""
+        loop, poked = self._loop, self._poked
+        if loop is None or poked is None or loop.is_closed():
+            return
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            poked.set()
+        else:
+            loop.call_soon_threadsafe(poked.set)
+
+    async def _sleep(self, seconds: float, halted: Callable[[], bool] | None = None) -> None:
+        """Sleep up to seconds, waking at stop() (when halted() says so: by default the worker's)."""
+        if (halted or self._halt.is_set)():
+            return
+        await self._changed(seconds)
+
+    async def _changed(self, seconds: float) -> None:
+        """Wait up to seconds for stop() or a task's end."""
+        assert self._poked is not None
+        self._poked.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._poked.wait(), max(seconds, 0.0))
 
     async def run(self, should_stop: Callable[[], bool] = lambda: False,  # type: ignore[override]
                   install_signals: bool = False) -> Counters:
-        """Work until stop(), should_stop(), cancellation or (install_signals) SIGTERM/SIGINT."""
+        """Work until stop(), should_stop(), (until_empty) no due task left, cancellation or
+        (install_signals) SIGTERM/SIGINT (a second one: stop(now=True)); the counters. Raises
+        Refused and Unreachable as Worker.run does."""
+        if not self.handlers:
+            raise ValueError("no handlers: register one with @worker.handler(stage) or handlers={stage: fn}")
         loop = asyncio.get_running_loop()
-        self._loop, self._own_loop = loop, False
+        self._loop, self._own_loop, self._poked = loop, False, asyncio.Event()
         if install_signals:
             for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, self.stop)
-        working = loop.run_in_executor(None, functools.partial(Worker.run, self, should_stop))
+                loop.add_signal_handler(signum, self.on_signal, signum, None)
+        working = asyncio.ensure_future(self._work(should_stop))
         try:
             return await asyncio.shield(working)
         except asyncio.CancelledError:
@@ -1049,6 +1288,363 @@ class AsyncWorker(Worker):
             if install_signals:
                 for signum in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(signum)
+
+    async def _work(self, should_stop: Callable[[], bool]) -> Counters:
+        """Worker.run's loop, awaited."""
+        self._sem = asyncio.Semaphore(self.concurrency)
+        heartbeat = _AsyncHeartbeat(self)
+        self._heartbeat = heartbeat  # type: ignore[assignment]
+        self._aheartbeat = heartbeat
+        beating = asyncio.ensure_future(heartbeat.run())
+        maintaining = None
+        if self.maintain_every > 0 and not self.until_empty:
+            maintaining = asyncio.ensure_future(self._maintain())
+        db = _AsyncDb(self, "main", self._halt.is_set, listen=True)
+        recovered = False
+        try:
+            try:
+                while not (self._halt.is_set() or should_stop()):
+                    worked = await (self._run_locked_batch_async(db) if self.transactional else self._take_async(db))
+                    if worked:
+                        recovered = False
+                    elif self.until_empty:
+                        if await self._wait_for_a_task_async():
+                            continue
+                        if not recovered and self.maintain_every > 0:
+                            recovered = True
+                            await self._maintain_once(db)
+                            continue
+                        break
+                    else:
+                        for stage in self.stages:
+                            if not stage.endswith("*"):
+                                await self._stage_settings_async(db, stage)
+                        await self._idle_async(db, should_stop)
+            except Unreachable as e:
+                log.error("stopping while the server is unreachable (%s): the tasks in hand that cannot be "
+                          "recorded stay running until their leases run out, then reap_hung() hands them back", e)
+                self.stop()
+                await self._shut_down_async(db)
+                raise
+            self.stop()
+            await self._shut_down_async(db)
+        except Refused as e:
+            log.error("%s: waiting does not cure this; stopping", e)
+            self.stop()
+            await self._shut_down_async(db)
+            raise
+        except psycopg.Error as e:
+            self.stop()
+            if transient(e):
+                await self._shut_down_async(db)
+                raise Unreachable(f"stopped while the server still answers {_one_line(e)}") from e
+            log.error("%s: waiting does not cure this; stopping", _one_line(e), extra={"error": _one_line(e)})
+            await self._shut_down_async(db)
+            raise Refused(_one_line(e)) from e
+        finally:
+            self._halt.set()
+            heartbeat.halt = True
+            for job in (maintaining, beating):
+                if job is not None:
+                    job.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await job
+            await db.close()
+            for finisher in self._finishers:
+                await finisher.close()
+            self._finishers.clear()
+        return self.counters
+
+    async def _wait_for_a_task_async(self) -> bool:
+        if not self._running:
+            return False
+        count = len(self._running)
+        while len(self._running) >= count and not self._halt.is_set():
+            await self._changed(0.5)
+        return True
+
+    async def _take_async(self, db: _AsyncDb) -> bool:
+        while len(self._running) >= self.concurrency and not self._halt.is_set():
+            await self._changed(0.5)
+        if self._halt.is_set():
+            return True
+        stages = self.stages
+        if len(stages) == 1 and not stages[0].endswith("*"):
+            rows = await db.query(TAKE_ONE_TEXT if self.raw_payload else TAKE_ONE,
+                                  (stages[0], stages[0], self.batch, self.lease, self.name))
+        else:
+            rows = await db.query(TAKE_SEVERAL_TEXT if self.raw_payload else TAKE_SEVERAL,
+                                  (stages, self.batch, self.lease, self.name))
+        for stage, task_id, payload, attempt, lease, period in rows:
+            self._count("taken", 1)
+            task = Task(task_id, payload, attempt, str(lease), stage,
+                        _progress=functools.partial(self._progress, task_id))
+            self._aheartbeat.add(task, max(float(period), 0.001))
+            task.timeout = self.task_timeout if self.task_timeout is not None else \
+                (await self._stage_settings_async(db, stage, True))[0]
+            with self._slots:
+                self._running[task_id] = (task, asyncio.ensure_future(self._run_task_async(task)))
+        return bool(rows)
+
+    def _progress(self, task_id: int, value: Any) -> Any:
+        """Task.progress: on the loop, an asyncio task (await it for the answer); from a sync
+        handler's thread, the answer."""
+        assert self._loop is not None
+        try:
+            on_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            return asyncio.ensure_future(self._aheartbeat.beat(task_id, value))
+        return asyncio.run_coroutine_threadsafe(self._aheartbeat.beat(task_id, value), self._loop).result()
+
+    async def _stage_settings_async(self, db: _AsyncDb, stage: str, taken: bool = False) -> tuple[float | None, bool]:
+        """Worker._stage_settings, awaited."""
+        known = self._settings_known(stage)
+        if not self._settings_due(known, taken):
+            assert known is not None
+            return known[0], known[1]
+        try:
+            ((seconds, paused),) = await db.query(WORKER_SETTINGS, (stage,), holds=lambda: False)
+        except psycopg.errors.UndefinedFunction:
+            await db.close()
+            try:
+                seconds, paused = (await db.query(TASK_TIMEOUT, (stage,), holds=lambda: False))[0][0], False
+            except psycopg.errors.UndefinedFunction:
+                await db.close()
+                seconds, paused = None, False
+        except psycopg.Error as e:
+            if not transient(e):
+                raise
+            return (known[0], known[1]) if known is not None else (None, False)
+        return self._settings_seen(stage, known, seconds, bool(paused))
+
+    async def _idle_async(self, db: _AsyncDb, should_stop: Callable[[], bool]) -> None:
+        """Worker._idle: LISTEN (AsyncConnection.notifies) until a NOTIFY or idle_wait seconds."""
+        end = time.monotonic() + self.idle_wait
+        while not (self._halt.is_set() or should_stop()):
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            conn = await db.connected()
+            if not db.listening:
+                await self._sleep(min(left, 0.5))
+                continue
+            try:
+                async for _ in conn.notifies(timeout=min(left, 0.5), stop_after=1):
+                    return
+            except psycopg.Error as e:
+                if not _lost_connection(e, db.conn):
+                    raise
+                await db.lost(e)
+                return
+
+    async def _call(self, task: Task) -> tuple[str, Any]:
+        """The handler: an async one awaited here, a sync one in a thread (_in_a_thread)."""
+        try:
+            handler = self._handler_for(task.stage)
+            if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None)):
+                returned = await handler(task)
+            else:
+                returned = await _in_a_thread(handler, task)
+                if inspect.isawaitable(returned):
+                    returned = await returned
+            return "ok", _outcome(returned)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # noqa: BLE001 - every failure of a handler is a failed attempt
+            return "error", e
+
+    async def _run_task_async(self, task: Task) -> None:
+        """Worker._run_task as an asyncio task: at most `concurrency` at a time, the handler in an
+        asyncio task of its own (cancelled past its time limit, a lost lease, the shutdown)."""
+        try:
+            async with self._sem:
+                with tracing.task_span(task) as failed:
+                    if self._aheartbeat.lost(task.id):   # released at shutdown while it waited for a slot
+                        return
+                    task.started = time.monotonic()
+                    inner = asyncio.ensure_future(self._call(task))
+                    deadline = None if task.timeout is None else task.started + task.timeout
+                    while not inner.done() and not task._cancel.is_set():
+                        if deadline is not None and time.monotonic() >= deadline:
+                            task._cancel_now("timeout")
+                            break
+                        await asyncio.wait({inner}, timeout=0.5 if deadline is None else
+                                           min(0.5, max(deadline - time.monotonic(), 0.0)))
+                    if task._cancel.is_set() and not inner.done():
+                        await asyncio.wait({inner}, timeout=self.cancel_wait)
+                        if not inner.done():
+                            inner.cancel()
+                            self._strays.add(inner)
+                            inner.add_done_callback(self._strays.discard)
+                    outcome: list[tuple[str, Any]] = []
+                    if inner.done() and not inner.cancelled():
+                        outcome.append(inner.result())
+                    if task.cancel_reason == "timeout":
+                        self._count("timed_out", 1)
+                    _cut_short(task, outcome, "; the handler was cancelled")
+                    kind, value = outcome[0]
+                    if kind == "error":
+                        failed(value)
+                    await self._record_async(task, kind, value)
+        except (Unreachable, Refused) as e:
+            self._ended(task, "unrecorded", str(e), e.__cause__ or e)
+            log_task.warning("task %s not recorded (%s): reap_hung() hands it back", task.id, e,
+                             extra={"task_id": task.id, "stage": task.stage, "attempt": task.attempt})
+        except Exception as e:  # noqa: BLE001 - a task must not die silently
+            self._ended(task, "unrecorded", _one_line(e), e)
+            log.exception("task %s not recorded (%s): its lease runs out and reap_hung() hands it back", task.id,
+                          _one_line(e), extra={"task_id": task.id, "stage": task.stage, "attempt": task.attempt})
+        finally:
+            self._aheartbeat.done(task.id)
+            with self._slots:
+                self._running.pop(task.id, None)
+            self._poke()
+
+    async def _record_async(self, task: Task, kind: str, value: Any) -> None:
+        """Worker._record, awaited: the same statement (_end_statement), retried while the lease holds."""
+        extra = {"task_id": task.id, "stage": task.stage, "attempt": task.attempt}
+        if not task._settle():
+            return
+        if self._aheartbeat.lost(task.id):
+            log_task.warning("lease lost on %s: dropping the result", task.id, extra=extra)
+            self._ended(task, "lost")
+            return
+        query, params, what, error = _end_statement(task, kind, value)
+        holds = lambda: self._aheartbeat.holds(task.id)  # noqa: E731
+        db = self._finishers.pop() if self._finishers else _AsyncDb(self, "finish", self._halt.is_set)
+        try:
+            try:
+                ok = (await db.query(query, params, holds))[0][0]
+            except (psycopg.Error, UnicodeError) as e:
+                if query is not FAIL or (isinstance(e, psycopg.Error) and transient(e)):
+                    raise
+                params, error = _plain_failure(task, params, e)
+                ok = (await db.query(query, params, holds))[0][0]
+        except psycopg.Error as e:
+            if not transient(e):
+                raise
+            log_task.warning("task %s not recorded while its lease held (%s): reap_hung() hands it back", task.id,
+                             _one_line(e), extra={**extra, "error": _one_line(e)})
+            self._ended(task, "unrecorded", _one_line(e), e)
+            return
+        finally:
+            self._finishers.append(db)
+        self._recorded(task, bool(ok), what, error, value)
+
+    async def _shut_down_async(self, db: _AsyncDb) -> None:
+        """Worker._shut_down, awaited."""
+        said = time.monotonic()
+        while self._running and time.monotonic() < (self._deadline or 0.0):
+            await self._changed(min(0.5, max(0.0, (self._deadline or 0.0) - time.monotonic())))
+            if self._running and time.monotonic() - said >= 5.0 and self._deadline is not None:
+                said = time.monotonic()
+                log.info("draining: %d task(s) still running, %.0f s left", len(self._running),
+                         max(self._deadline - said, 0.0))
+        left = list(self._running.values())
+        if left:
+            log.warning("%d task(s) still running %s: cutting them short, then releasing them (ready again, the attempt "
+                        "not counted)", len(left), self._why)
+        for task, _ in left:
+            task._cancel_now("shutdown", self._why)
+        cancel_end = time.monotonic() + self.cancel_wait + 0.6   # each task sees its cancel within 0.5 s
+        while self._running and time.monotonic() < cancel_end:
+            await self._changed(min(0.5, max(0.0, cancel_end - time.monotonic())))
+        for task, running in list(self._running.values()):
+            if not task._settle():   # its task is recording its end right now
+                continue
+            self._aheartbeat.done(task.id)
+            running.cancel()
+            try:
+                ok = (await db.query(RELEASE, (task.id, task.lease, task.stage), holds=lambda: False))[0][0]
+                log_task.warning("task %s still running %s: %s", task.id, self._why, "released" if ok else "lease lost",
+                                 extra={"task_id": task.id, "stage": task.stage})
+                self._ended(task, "released" if ok else "lost", f"still running {self._why}")
+            except (psycopg.Error, Unreachable, Refused) as e:
+                log_task.warning("task %s not released (%s): its lease runs out", task.id, e)
+                self._ended(task, "unrecorded", str(e), e.__cause__ or e)
+
+    async def _maintain(self) -> None:
+        """_Maintainer as an asyncio task: queue.maintain_now() every maintain_every seconds."""
+        conn: psycopg.AsyncConnection | None = None
+        try:
+            while True:
+                await asyncio.sleep(self.maintain_every)
+                try:
+                    if conn is None or conn.closed or conn.broken:
+                        conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, prepare_threshold=None,
+                                                                     connect_timeout=5)
+                    async with conn.transaction():  # no row when another worker runs it now
+                        rows = await (await conn.execute(MAINTAIN_NOW)).fetchall()
+                    _maintained(rows)
+                except psycopg.Error as e:
+                    if not _maintain_failed(e, self.maintain_every):
+                        return
+        finally:
+            if conn is not None:
+                await conn.close()
+
+    async def _maintain_once(self, db: _AsyncDb) -> None:
+        """_maintain_once, awaited."""
+        deadline = time.monotonic() + MAINTAIN_BUSY_WAIT
+        try:
+            while not await db.query(MAINTAIN_NOW, holds=lambda: False):
+                if time.monotonic() > deadline:
+                    log.warning("maintain: another session kept queue.maintain_now() busy for %.0f s; not waiting "
+                                "longer", MAINTAIN_BUSY_WAIT)
+                    return
+                await asyncio.sleep(0.2)
+        except psycopg.Error as e:
+            _maintain_once_failed(e)
+
+    async def _run_locked_batch_async(self, db: _AsyncDb) -> bool:
+        """Worker._run_locked_batch on the AsyncConnection: one transaction, take_locked, each
+        handler in a savepoint with task.conn, finish_locked or fail_locked, one commit."""
+        conn = await db.connected()
+        stages = self.stages
+        try:
+            async with conn.transaction():
+                if len(stages) == 1 and not stages[0].endswith("*"):
+                    cur = await conn.execute(TAKE_LOCKED_ONE, (stages[0], stages[0], self.batch))
+                else:
+                    cur = await conn.execute(TAKE_LOCKED_SEVERAL, (stages, self.batch))
+                rows = await cur.fetchall()
+                for stage, task_id, payload, attempt in rows:
+                    self._count("taken", 1)
+                    task = Task(task_id, payload, attempt, None, stage, conn=conn)
+                    try:
+                        with tracing.task_span(task):
+                            async with conn.transaction():
+                                kind, value = await self._call(task)
+                                if kind == "error":
+                                    raise value
+                                next_stage, result = value
+                                await conn.execute(FINISH_LOCKED, (task_id, self.name, stage,
+                                                                   None if result is None else Jsonb(result)))
+                                if next_stage is not None:
+                                    raise Fatal("next_stage is not available in transactional mode")
+                        self._count("finished", 1)
+                        self.counters.finished_ids.append(task_id)
+                    except Exception as e:  # noqa: BLE001 - the handler's writes are rolled back to the savepoint
+                        if isinstance(e, psycopg.Error) and (_lost_connection(e, conn) or prepared_lost(e)):
+                            raise
+                        await conn.execute(FAIL_LOCKED, _locked_failure(task, e, self.name))
+                        self._count("failed", 1)
+        except psycopg.Error as e:
+            if prepared_lost(e):
+                self._pooler_found(e)
+                await db.close()
+                return True
+            if _lost_connection(e, conn):
+                await db.lost(e)
+                return True
+            if not transient(e) or self._halt.is_set():
+                raise
+            log.warning("main: %s; the batch rolled back, taking again", _one_line(e), extra={"error": _one_line(e)})
+            await self._sleep(BACKOFF_FIRST)
+            return True
+        return bool(rows)
 
 
 MAINTAIN_BUSY_WAIT = 60.0  # seconds until_empty waits for another session's maintain_now() to end
@@ -1061,16 +1657,63 @@ def _maintain_once(db: _Db) -> None:
     MAINTAIN_BUSY_WAIT s: that session's reap may have begun before a lease expired."""
     deadline = time.monotonic() + MAINTAIN_BUSY_WAIT
     try:
-        while not db.query("SELECT * FROM queue.maintain_now()", holds=lambda: False):
+        while not db.query(MAINTAIN_NOW, holds=lambda: False):
             if time.monotonic() > deadline:
                 log.warning("maintain: another session kept queue.maintain_now() busy for %.0f s; not waiting longer",
                             MAINTAIN_BUSY_WAIT)
                 return
             time.sleep(0.2)
     except psycopg.Error as e:
-        if e.sqlstate != "42501" and not transient(e):
-            raise
-        log.warning("maintain: %s: the tasks of a worker that died stay running until a maintenance runs", _one_line(e))
+        _maintain_once_failed(e)
+
+
+def _maintained(rows: list[tuple[Any, ...]]) -> None:
+    """Log what a queue.maintain_now() round did."""
+    for task, count, detail in rows:
+        if count:  # the rollups run every round: routine, not news
+            log.log(logging.DEBUG if task in ROUTINE_STEPS else logging.INFO,
+                    "maintain: %s %s%s", task, count, f" ({detail})" if detail else "")
+
+
+def _maintain_failed(e: psycopg.Error, every: float) -> bool:
+    """A maintenance round failed: logged; False when this login may not maintain (no more rounds)."""
+    if e.sqlstate == "42501":
+        log.warning(MAINTAIN_DENIED, e.diag.message_primary)
+        return False
+    log.warning("maintain: %s; trying again in %g s", _one_line(e), every, extra={"error": _one_line(e)})
+    return True
+
+
+def _maintain_once_failed(e: psycopg.Error) -> None:
+    """until_empty's queue.maintain_now() failed: a login that may not run it, or an error that
+    passes, is skipped (logged); anything else raised."""
+    if e.sqlstate != "42501" and not transient(e):
+        raise e
+    log.warning("maintain: %s: the tasks of a worker that died stay running until a maintenance runs", _one_line(e))
+
+
+def _cut_short(task: Task, outcome: list[tuple[str, Any]], goes_on: str) -> None:
+    """The outcome of a handler cut short: past its time limit the attempt fails (with the
+    handler's own error when it raised one: it says more; goes_on is said when it did not end);
+    lost or shutdown, when it did not end in cancel_wait, it is Interrupted (released)."""
+    if task.cancel_reason == "timeout":
+        if not outcome or outcome[0][0] == "ok":
+            outcome.insert(0, ("error", Fail(f"timed out after {task.timeout:g} s (task_timeout)"
+                                             + ("" if outcome else goes_on))))
+    elif task.cancel_reason is not None and not outcome:
+        outcome.append(("error", Interrupted(f"cut short {task.cancel_detail}".strip())))
+
+
+def _locked_failure(task: Task, e: BaseException, worker: str) -> tuple[Any, ...]:
+    """FAIL_LOCKED's parameters for what a handler raised in transactional mode (a Snooze is a
+    failed attempt due again in its seconds), the failure logged."""
+    error, fatal, retry_in = _failure(e)
+    if isinstance(e, Snooze):
+        retry_in = e.seconds
+    log.warning("task %s (%s, attempt %s) failed%s: %s", task.id, task.stage, task.attempt, " for good" if fatal else "",
+                error, extra={"task_id": task.id, "stage": task.stage, "attempt": task.attempt, "error": error,
+                              "fatal": fatal})
+    return task.id, storable(error), fatal, retry_in, worker, task.stage
 
 
 def _outcome(value: Any) -> tuple[str | None, Any]:
@@ -1087,3 +1730,32 @@ def _failure(e: BaseException) -> tuple[str, bool, float | None]:
     if isinstance(e, Fail):
         return str(e), e.fatal, e.retry_in
     return f"{type(e).__name__}: {e}", False, None
+
+
+def _end_statement(task: Task, kind: str, value: Any) -> tuple[str, tuple[Any, ...], str, str | None]:
+    """The statement that records a task's end with its lease, its parameters, what the end is
+    (finished, snoozed, released, failed, fatal) and the error text stored; a failure is logged
+    here. kind is "ok" (value: (next_stage, result)) or "error" (value: what the handler raised); a
+    task cut short by the shutdown is released whatever its handler raised."""
+    extra = {"task_id": task.id, "stage": task.stage, "attempt": task.attempt}
+    if kind == "error" and task.cancel_reason == "shutdown" and not isinstance(value, Interrupted):
+        value = Interrupted(f"cut short {task.cancel_detail}: {_failure(value)[0]}")
+    if kind == "ok":
+        next_stage, result = value
+        return FINISH, (task.id, task.lease, next_stage, task.stage, None if result is None else Jsonb(result)), \
+            "finished", None
+    if isinstance(value, Snooze):
+        what, said = ("released", str(value)) if isinstance(value, Interrupted) else ("snoozed", None)
+        return SNOOZE, (task.id, task.lease, value.seconds, task.stage), what, said
+    error, fatal, retry_in = _failure(value)
+    error = storable(error)  # as stored; a lone surrogate would also break a log handler's encoding
+    log_task.warning("task %s (%s, attempt %s) failed%s: %s", task.id, task.stage, task.attempt,
+                     " for good" if fatal else "", error, extra={**extra, "error": error, "fatal": fatal})
+    return FAIL, (task.id, task.lease, error, fatal, retry_in, task.stage), "fatal" if fatal else "failed", error
+
+
+def _plain_failure(task: Task, params: tuple[Any, ...], e: BaseException) -> tuple[tuple[Any, ...], str]:
+    """FAIL's parameters again with a plain error text, when the handler's own was refused all the same."""
+    log.warning("fail on %s: the error text was refused (%s); recording a plain one", task.id, _one_line(e))
+    error = f"handler failed; its error text was refused ({type(e).__name__})"
+    return (params[0], params[1], error, *params[3:]), error

@@ -45,17 +45,20 @@ failed, retried by the stage's policy (its thread cannot be stopped: its result 
 Settings (environment): DATABASE_URL, STAGE (default), BATCH (10, 1 to 10000), LEASE seconds
 (60), IDLE_WAIT seconds (5), MAINTAIN_EVERY seconds (10 or LEASE/3 if shorter; 0: off),
 TASK_TIMEOUT seconds (none), CONCURRENCY (1), SHUTDOWN_TIMEOUT seconds (20). A bad value prints a message and exits 2.
+ASYNCIO=1 runs the same loop on asyncio (skiplock.worker.AsyncWorker, psycopg's AsyncConnection),
+handle() in a thread through asyncio.to_thread: what an asyncio application gets.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
 import sys
 import time
 
-from skiplock.worker import Fail, Refused, Snooze, Task, Unreachable, Worker
+from skiplock.worker import AsyncWorker, Fail, Refused, Snooze, Task, Unreachable, Worker
 
 __all__ = ["Fail", "Snooze", "handle", "main"]
 
@@ -114,11 +117,15 @@ def main() -> int:
     def run(task: Task) -> None:
         handle(task.id, task.payload, task.attempt)   # the module's handle, as replaced by the caller
 
-    worker = Worker(os.environ["DATABASE_URL"], dict.fromkeys(stages, run), batch=batch, concurrency=concurrency,
-                    lease=lease, idle_wait=idle_wait, pooler=pooler, maintain_every=maintain_every,
-                    task_timeout=task_timeout, shutdown_timeout=shutdown_timeout)
+    kind = AsyncWorker if os.environ.get("ASYNCIO", "") not in ("", "0") else Worker
+    worker = kind(os.environ["DATABASE_URL"], dict.fromkeys(stages, run), batch=batch, concurrency=concurrency,
+                  lease=lease, idle_wait=idle_wait, pooler=pooler, maintain_every=maintain_every,
+                  task_timeout=task_timeout, shutdown_timeout=shutdown_timeout)
     try:
-        worker.run(install_signals=True)
+        if isinstance(worker, AsyncWorker):
+            asyncio.run(worker.run(install_signals=True))
+        else:
+            worker.run(install_signals=True)
     except (Refused, Unreachable):   # logged by the worker in one line
         return 1
     return 0

@@ -170,12 +170,13 @@ def test_installed_library_runs_async_handlers_together(installed: Path, url: st
 def test_installed_async_worker_runs_handlers_on_the_callers_loop_and_cancels_one_at_shutdown(
         installed: Path, url: str, tmp_path: Path) -> None:
     """AsyncWorker, `await worker.run()`: twenty async handlers wait for each other on the caller's
-    event loop (each fails after 60 s otherwise); a twenty-first that never ends is cancelled once
-    shutdown_timeout passes after the stop, and its task released (ready, the attempt not counted)."""
+    event loop (each fails after 60 s otherwise), no thread of the worker's running (its loop is
+    asyncio on AsyncConnection); a twenty-first that never ends is cancelled once shutdown_timeout
+    passes after the stop, and its task released (ready, the attempt not counted)."""
     with psycopg.connect(url, autocommit=True) as conn:
         forever = conn.execute("SELECT queue.enqueue('{}', stage => 'aw.forever')").fetchone()[0]
     proc = run_program(installed, """
-        import asyncio, json, os
+        import asyncio, json, os, threading
         import psycopg
         from skiplock.worker import AsyncWorker
         url = os.environ["DATABASE_URL"]
@@ -186,11 +187,12 @@ def test_installed_async_worker_runs_handlers_on_the_callers_loop_and_cancels_on
             loop = asyncio.get_running_loop()
             worker = AsyncWorker(url, concurrency=21, batch=21, idle_wait=0.2, maintain_every=0, shutdown_timeout=1)
             everyone, started = asyncio.Event(), asyncio.Event()
-            arrived, on_loop, cancelled = [], [], []
+            arrived, on_loop, cancelled, threads = [], [], [], set()
 
             @worker.handler("aw.wait")
             async def wait_for_all(task):
                 on_loop.append(asyncio.get_running_loop() is loop)
+                threads.update(t.name for t in threading.enumerate() if t.name.startswith("skiplock"))
                 arrived.append(task.id)
                 if len(arrived) == 20:
                     everyone.set()
@@ -212,13 +214,14 @@ def test_installed_async_worker_runs_handlers_on_the_callers_loop_and_cancels_on
                     break
                 await asyncio.sleep(0.1)
             print(json.dumps({"finished": counters.finished, "failed": counters.failed, "on_loop": all(on_loop),
-                              "cancelled": cancelled}))
+                              "cancelled": cancelled, "threads": sorted(threads)}))
 
         asyncio.run(main())
     """, url, tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.splitlines()[-1])
-    assert out == {"finished": 20, "failed": 0, "on_loop": True, "cancelled": [forever]}, (out, proc.stderr)
+    assert out == {"finished": 20, "failed": 0, "on_loop": True, "cancelled": [forever], "threads": []}, \
+        (out, proc.stderr)
     with psycopg.connect(url, autocommit=True) as conn:
         assert conn.execute("SELECT status::text, attempt FROM queue.tasks WHERE id = %s", (forever,)).fetchone() == ("ready", 0)
         assert conn.execute("SELECT count(*) FROM queue.tasks WHERE stage = 'aw.wait' AND status = 'done'").fetchone() == (20,)

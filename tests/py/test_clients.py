@@ -81,6 +81,9 @@ def node_ready() -> None:
 LANGUAGES = {
     "python": {"producer": [sys.executable, str(CLIENTS / "python" / "producer.py")],
                "worker": [sys.executable, str(CLIENTS / "python" / "worker.py")]},
+    # the same script on AsyncWorker (asyncio, psycopg's AsyncConnection)
+    "python_async": {"producer": [sys.executable, str(CLIENTS / "python" / "producer.py")],
+                     "worker": ["env", "ASYNCIO=1", sys.executable, str(CLIENTS / "python" / "worker.py")]},
     "node": {"producer": ["node", str(NODE_DIR / "producer.js")],
              "worker": ["node", str(NODE_DIR / "worker.js")]},
     "bash": {"producer": [str(CLIENTS / "bash" / "producer.sh")],
@@ -272,7 +275,7 @@ def test_client_finishes_its_batch_on_sigterm(language: str, url: str) -> None:
         assert rows == [(ids[0], "done"), (ids[1], "done")], worker.log()
 
 
-@pytest.fixture(params=["python", "node"])
+@pytest.fixture(params=["python", "python_async", "node"])
 def reconnecting_language(request: pytest.FixtureRequest) -> str:
     """The clients whose workers reconnect after a lost connection (bash's has its own tests)."""
     if request.param == "node":

@@ -483,7 +483,7 @@ def test_cli_worker_finds_the_transaction_pooler_by_itself(bouncers: dict[str, B
     assert len(rows) == 2000 and {r[1:] for r in rows} == {("done", 1)}
 
 
-@pytest.mark.parametrize("lang", ["python", "node"])
+@pytest.mark.parametrize("lang", ["python", "python_async", "node"])
 def test_client_finds_the_transaction_pooler_by_itself(lang: str, bouncers: dict[str, Bouncer], direct: str,
                                                        request: pytest.FixtureRequest) -> None:
     """The same for the Python and Node clients (300 tasks, two workers): no task lost or done twice."""
@@ -512,3 +512,34 @@ def test_client_finds_the_transaction_pooler_by_itself(lang: str, bouncers: dict
     rows = history(direct, stage)
     assert len(rows) == 300 and {r[1:] for r in rows} == {("done", 1)}, logs
     assert "Traceback" not in logs, logs
+
+
+def test_async_worker_finds_the_transaction_pooler_by_itself(bouncers: dict[str, Bouncer], direct: str,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """AsyncWorker (asyncio, AsyncConnection) through PgBouncer in transaction mode, no pooler
+    setting, 2,000 tasks: a statement it prepared goes missing; it says so once, goes on unprepared
+    and polling, and every task is done once."""
+    import asyncio
+    import logging
+
+    from skiplock.worker import AsyncWorker
+    stage = "async_unannounced"
+    url = pooled_url(bouncers, "transaction", direct)
+    configure(direct, stage)
+    with psycopg.connect(direct, autocommit=True) as conn:
+        conn.execute("SELECT queue.enqueue_batch(array_fill('{}'::jsonb, ARRAY[2000]), %s)", (stage,))
+    caplog.set_level(logging.WARNING, logger="skiplock.worker")
+
+    threads: set[str] = set()   # the worker's own (Worker names them skiplock-*): none in AsyncWorker
+
+    async def handler(task: object) -> None:
+        threads.update(t.name for t in threading.enumerate() if t.name.startswith("skiplock"))
+        await asyncio.sleep(0)
+
+    worker = AsyncWorker(url, {stage: handler}, batch=10, concurrency=4, until_empty=True, idle_wait=0.5)
+    counters = asyncio.run(asyncio.wait_for(worker.run(), 600))
+    assert counters.finished == 2000, (counters, caplog.text[-3000:])
+    assert caplog.text.count("a pooler in transaction mode?") == 1, caplog.text[-3000:]
+    rows = history(direct, stage)
+    assert len(rows) == 2000 and {r[1:] for r in rows} == {("done", 1)}
+    assert threads == set(), threads

@@ -118,11 +118,28 @@ def worker_calls(path: Path) -> list[str]:
 def test_one_worker_loop_in_the_codebase() -> None:
     """Issue 52: `skiplock worker` (the CLI) and the reference client are thin layers over
     skiplock.worker: no other module of the package, nor the client script, takes, heartbeats or
-    ends a task itself (the CLI's loop of slots once did, in cmd_worker.py and slots.py)."""
+    ends a task itself (the CLI's loop of slots once did, in cmd_worker.py and slots.py). In
+    skiplock/worker.py each statement is written once, as a module constant, and exactly two
+    drivers take tasks with them: Worker (threads) and AsyncWorker (asyncio, in coroutines)."""
     found = {path.stem: worker_calls(path) for path in modules().values()}
     assert found["worker"], "the pattern finds the library's own calls"
     assert {name for name, calls in found.items() if calls} == {"worker"}, found
     assert worker_calls(ROOT / "clients" / "python" / "worker.py") == []
+    tree = ast.parse((PACKAGE / "worker.py").read_text())
+    statements = {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+                  if isinstance(t, ast.Name) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+                  and "SELECT" in n.value.value and WORKER_CALL.search(n.value.value)}
+    assert len(statements) == len(found["worker"]) == len(set(found["worker"])), \
+        "a worker's statement written outside the module's constants, or twice"
+    takes = {name for name in statements if name.startswith("TAKE")}
+    assert {"TAKE_ONE", "TAKE_SEVERAL", "TAKE_LOCKED_ONE", "TAKE_LOCKED_SEVERAL"} <= takes, statements
+    drivers: dict[str, set[type]] = {}
+    for top in tree.body:
+        for fn in ast.walk(top):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                    isinstance(n, ast.Name) and n.id in takes for n in ast.walk(fn)):
+                drivers.setdefault(getattr(top, "name", "?"), set()).add(type(fn))
+    assert drivers == {"Worker": {ast.FunctionDef}, "AsyncWorker": {ast.AsyncFunctionDef}}, drivers
 
 
 # What a user runs: the `skiplock` command (cli, through __main__ or the console script) and the package itself.

@@ -897,19 +897,25 @@ class Worker:
                 if kind == "error":
                     failed(value)
                 self._record(task, kind, value)
-        except (Unreachable, Refused) as e:
-            self._ended(task, "unrecorded", str(e), e.__cause__ or e)
-            log_task.warning("task %s not recorded (%s): reap_hung() hands it back", task.id, e,
-                             extra={"task_id": task.id, "stage": task.stage, "attempt": task.attempt})
-        except Exception as e:  # noqa: BLE001 - a thread must not die silently
-            self._ended(task, "unrecorded", _one_line(e), e)
-            log.exception("task %s not recorded (%s): its lease runs out and reap_hung() hands it back", task.id,
-                          _one_line(e), extra={"task_id": task.id, "stage": task.stage, "attempt": task.attempt})
+        except Exception as e:  # noqa: BLE001 - a slot must not die silently
+            self._not_recorded(task, e)
         finally:
             self._heartbeat.done(task.id)
             with self._slots:
                 self._running.pop(task.id, None)
                 self._slots.notify_all()
+
+    def _not_recorded(self, task: Task, e: Exception) -> None:
+        """A task's end could not be recorded (called in the except clause): counted, told to on_end
+        and logged; its lease runs out and reap_hung() hands it back."""
+        extra = {"task_id": task.id, "stage": task.stage, "attempt": task.attempt}
+        if isinstance(e, (Unreachable, Refused)):
+            self._ended(task, "unrecorded", str(e), e.__cause__ or e)
+            log_task.warning("task %s not recorded (%s): reap_hung() hands it back", task.id, e, extra=extra)
+        else:
+            self._ended(task, "unrecorded", _one_line(e), e)
+            log.exception("task %s not recorded (%s): its lease runs out and reap_hung() hands it back", task.id,
+                          _one_line(e), extra=extra)
 
     def _ended(self, task: Task, what: str, error: str | None = None, cause: BaseException | None = None) -> None:
         """Count the end and tell on_end (whose own error is logged, never raised)."""
@@ -1488,14 +1494,8 @@ class AsyncWorker(Worker):
                     if kind == "error":
                         failed(value)
                     await self._record_async(task, kind, value)
-        except (Unreachable, Refused) as e:
-            self._ended(task, "unrecorded", str(e), e.__cause__ or e)
-            log_task.warning("task %s not recorded (%s): reap_hung() hands it back", task.id, e,
-                             extra={"task_id": task.id, "stage": task.stage, "attempt": task.attempt})
-        except Exception as e:  # noqa: BLE001 - a task must not die silently
-            self._ended(task, "unrecorded", _one_line(e), e)
-            log.exception("task %s not recorded (%s): its lease runs out and reap_hung() hands it back", task.id,
-                          _one_line(e), extra={"task_id": task.id, "stage": task.stage, "attempt": task.attempt})
+        except Exception as e:  # noqa: BLE001 - a slot must not die silently
+            self._not_recorded(task, e)
         finally:
             self._aheartbeat.done(task.id)
             with self._slots:

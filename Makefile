@@ -46,7 +46,7 @@ bench-scale: venv-bench
 ## bench: pgbench workloads against the machine's own ceiling; writes bench/RESULTS.md; then what the dashboard costs, bench/WEB.md
 bench: venv-bench
 	$(PY) -m bench.run $(BENCH_ARGS)
-	$(PY) -m bench.web --throughput 30 --out bench/WEB.md $(BENCH_WEB_ARGS)
+	$(PY) -m bench.web --throughput 15 --pairs 6 --out bench/WEB.md $(BENCH_WEB_ARGS)
 
 ## bench-peers: skiplock beside Graphile Worker, Procrastinate and PgQ, one cluster, one run; writes bench/PEERS.md
 # Through the worker libraries instead (skiplock's Python client, PgQueuer's QueueManager, Procrastinate's worker, no-op

@@ -385,6 +385,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--clients", default="4,16", help="client counts, comma-separated (default 4,16)")
     parser.add_argument("--only", help=f"workloads out of {','.join(WORKLOADS)}")
     parser.add_argument("--systems", help="systems out of skiplock,graphile,procrastinate,pgq,bounds (default all)")
+    parser.add_argument("--reverse", action="store_true",
+                        help="run each workload's cells in the reverse order (the first cells of a run measured lower)")
     parser.add_argument("--no-publish", action="store_true", help="write bench/out/PEERS.md only")
     parser.add_argument("--report", metavar="JSON", help="only write PEERS.md again from a run's bench/out/peers-*.json")
     return parser.parse_args(argv)
@@ -420,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 mine = [p for p in plans() if p.workload == workload and p.system.name in ok
                         and (not args.systems or p.system.name in args.systems.split(","))]
+                if args.reverse:
+                    mine.reverse()
                 for n in sorted({c for p in mine for c in (p.clients or clients)}):
                     for plan in mine:
                         if n not in (plan.clients or clients):

@@ -94,3 +94,13 @@ def db(admin_url: str, template_db: str, request: pytest.FixtureRequest) -> Iter
 def conn(db: str) -> Iterator[psycopg.Connection]:
     with psycopg.connect(db, autocommit=True) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def restart_cluster() -> Iterator[devdb.Cluster]:
+    """A cluster of the module's own, which its restart tests stop and start."""
+    cluster = devdb.Cluster(durable=False).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

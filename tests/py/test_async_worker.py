@@ -14,30 +14,20 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any
 
 import psycopg
 import psycopg.conninfo
 import pytest
 
-from dev.testrun import create_database, drop_database
 from skiplock import devdb, migrate
 from skiplock.worker import AsyncWorker, Fail, Outcome, Refused, Task
 
 
 @pytest.fixture(scope="module")
-def url(admin_url: str, template_db: str) -> Iterator[str]:
-    db = create_database(admin_url, "test_async_worker", template=template_db)
-    try:
-        yield db
-    finally:
-        drop_database(admin_url, db)
-
-
-@pytest.fixture
-def conn(url: str) -> Iterator[psycopg.Connection]:
-    with psycopg.connect(url, autocommit=True) as c:
-        yield c
+def url(db: str) -> str:
+    """The module's database (conftest's db); conftest's conn connects to it."""
+    return db
 
 
 def enqueue(conn: psycopg.Connection, stage: str, payloads: list[dict]) -> list[int]:
@@ -269,16 +259,6 @@ def test_async_until_empty_returns_once_nothing_is_due(url: str, conn: psycopg.C
     assert threads == [[]] * 6, threads
     assert conn.execute("SELECT count(*) FROM queue.history WHERE id = ANY(%s) AND status = 'done'",
                         (ids,)).fetchone() == (5,)
-
-
-@pytest.fixture(scope="module")
-def restart_cluster() -> Iterator[devdb.Cluster]:
-    """A cluster of this module's own, which the restart test stops and starts."""
-    cluster = devdb.Cluster(durable=False).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def test_async_worker_finishes_a_task_while_the_server_restarts(restart_cluster: devdb.Cluster,

@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
 
 import psycopg
 import pytest
@@ -226,16 +225,6 @@ def test_bash_worker_records_a_failure_whose_stderr_is_not_utf8(db: str, tmp_pat
     with psycopg.connect(db, autocommit=True) as conn:
         (error,) = conn.execute("SELECT error_text FROM queue.history WHERE id = %s", (task,)).fetchone()
     assert error == "\u00e9" * 996 + " caf x", error[-40:]
-
-
-@pytest.fixture(scope="module")
-def restart_cluster() -> Iterator[devdb.Cluster]:
-    """A cluster of this module's own, which the restart test stops and starts."""
-    cluster = devdb.Cluster(durable=False).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def test_bash_worker_retries_a_finish_while_the_database_restarts(restart_cluster: devdb.Cluster) -> None:

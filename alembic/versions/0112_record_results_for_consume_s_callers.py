@@ -25,8 +25,10 @@ UPGRADE = [
     '0112_record_results_for_consume_s_callers/views/finished_totals.sql',
     '0112_record_results_for_consume_s_callers/views/metrics.sql',
     '0112_record_results_for_consume_s_callers/views/stats.sql',
+    '0112_record_results_for_consume_s_callers/views/tasks.sql',
 ]
 DOWNGRADE = [
+    '0111_release_0_2_0/views/tasks.sql',
     '0111_release_0_2_0/views/stats.sql',
     '0111_release_0_2_0/views/metrics.sql',
     '0111_release_0_2_0/views/finished_totals.sql',

@@ -430,8 +430,9 @@ def test_no_maintain_leaves_an_expired_lease_to_whoever_maintains_the_queue(url:
     assert proc.returncode == 0, err
     assert conn.execute("SELECT status::text, attempt, lease_expires < now() FROM queue.live_tasks "
                         "WHERE stage = 'wf.nomaint'").fetchone() == ("running", 1, True), err
-    # Whoever maintains the queue gets it back.
-    assert conn.execute("SELECT queue.reap_hung()").fetchone()[0] == 1
+    # Whoever maintains the queue gets it back (reap_hung counts every stage of the module's
+    # database, where another test's dead worker may have left an expired lease too).
+    assert conn.execute("SELECT queue.reap_hung()").fetchone()[0] >= 1
     assert counts(conn, "wf.nomaint") == {"error": 1}
 
 

@@ -1,4 +1,4 @@
-"""record_results for consume's callers; _hidden_stages answers an admin at once; views count before hiding stages
+"""record_results for consume's callers; _hidden_stages answers an admin at once; views count before hiding stages; hourly's history read estimated narrow
 
 Revision ID: 0112
 Revises: 0111
@@ -23,6 +23,7 @@ UPGRADE = [
     '0112_record_results_for_consume_s_callers/functions/distribute.sql',
     '0112_record_results_for_consume_s_callers/functions/record_results.sql',
     '0112_record_results_for_consume_s_callers/views/finished_totals.sql',
+    '0112_record_results_for_consume_s_callers/views/hourly.sql',
     '0112_record_results_for_consume_s_callers/views/metrics.sql',
     '0112_record_results_for_consume_s_callers/views/stats.sql',
     '0112_record_results_for_consume_s_callers/views/tasks.sql',
@@ -31,6 +32,7 @@ DOWNGRADE = [
     '0111_release_0_2_0/views/tasks.sql',
     '0111_release_0_2_0/views/stats.sql',
     '0111_release_0_2_0/views/metrics.sql',
+    '0111_release_0_2_0/views/hourly.sql',
     '0111_release_0_2_0/views/finished_totals.sql',
     '0112_record_results_for_consume_s_callers/downgrade/drop/functions/record_results.sql',
     '0111_release_0_2_0/functions/distribute.sql',

@@ -25,10 +25,14 @@ SELECT r.stage, r.hour,
                pg_catalog.count(h.started), coalesce(pg_catalog.sum(h.finished - h.started), interval '0')
           FROM queue.history h
          WHERE h.stage = ANY (ARRAY(SELECT s.stage FROM queue._history_stages() AS s(stage)))  -- the index's leading column
-           -- A bound on the partition key itself lets the executor skip every older partition.
-           AND h.finished >= (SELECT s.at FROM since s)
-           AND h.stage <> ALL ((SELECT queue._hidden_stages())::text[])
+           -- A bound on the partition key itself lets the executor skip every older partition. The
+           -- upper bound excludes nothing: with it the planner estimates the two as a narrow range;
+           -- the lower one alone, known only at run time, is estimated to keep a third of history
+           -- (at 50 million rows in a day's partition the whole partition was read: 5.2 s, now 70 ms).
+           AND h.finished >= (SELECT s.at FROM since s) AND h.finished < 'infinity'
          GROUP BY 1, 2, 3
+        -- restricted stages the caller was not granted, after counting (see queue.stats)
+        HAVING CASE WHEN pg_catalog.count(*) > 0 THEN h.stage <> ALL ((SELECT queue._hidden_stages())::text[]) END
         UNION ALL
         SELECT c.stage, pg_catalog.date_trunc('hour', c.minute, 'UTC'), c.status, pg_catalog.sum(c.runs), 0::bigint,
                interval '0'

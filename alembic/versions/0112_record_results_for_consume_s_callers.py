@@ -1,4 +1,4 @@
-"""record_results for consume's callers; _hidden_stages answers an admin at once; views count before hiding stages; hourly's history read estimated narrow
+"""record_results for consume's callers; _hidden_stages answers an admin at once; views count before hiding stages; hourly's history read estimated narrow; stage lists read in batches
 
 Revision ID: 0112
 Revises: 0111
@@ -19,6 +19,8 @@ VERSIONS = Path(__file__).parent
 ALTERED = {}
 UPGRADE = [
     '0112_record_results_for_consume_s_callers/functions/_hidden_stages.sql',
+    '0112_record_results_for_consume_s_callers/functions/_history_stages.sql',
+    '0112_record_results_for_consume_s_callers/functions/_live_stages.sql',
     '0112_record_results_for_consume_s_callers/functions/_raise_bad_argument.sql',
     '0112_record_results_for_consume_s_callers/functions/distribute.sql',
     '0112_record_results_for_consume_s_callers/functions/record_results.sql',
@@ -37,6 +39,8 @@ DOWNGRADE = [
     '0112_record_results_for_consume_s_callers/downgrade/drop/functions/record_results.sql',
     '0111_release_0_2_0/functions/distribute.sql',
     '0111_release_0_2_0/functions/_raise_bad_argument.sql',
+    '0111_release_0_2_0/functions/_live_stages.sql',
+    '0111_release_0_2_0/functions/_history_stages.sql',
     '0111_release_0_2_0/functions/_hidden_stages.sql',
 ]
 

@@ -89,7 +89,10 @@ SELECT is_empty(
                             'queue.drain(text,integer)'::regprocedure,
                             'queue.finish(bigint,uuid,text,text,jsonb)'::regprocedure,
                             'queue.fail(bigint,uuid,text,boolean,interval,text)'::regprocedure,
-                            'queue.release(bigint,uuid,interval,text)'::regprocedure)
+                            'queue.release(bigint,uuid,interval,text)'::regprocedure,
+                            -- the stage lists: one plan for every batch size
+                            'queue._history_stages()'::regprocedure,
+                            'queue._live_stages()'::regprocedure)
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",plan_cache_mode=force_generic_plan}')
          -- finish_batch joins its pairs to live_tasks, reap_hung its expired leases: the index,
          -- whatever the statistics.
@@ -127,7 +130,7 @@ SELECT is_empty(
                   AND p.proconfig::text = '{"search_path=pg_catalog, pg_temp",TimeZone=UTC}')
          -- A procedure with a SET clause cannot COMMIT; run_sql_tasks qualifies every name.
          AND p.oid <> 'queue.run_sql_tasks(text,integer,text,integer)'::regprocedure$$,
-    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next, take_locked, consume, finish, fail and release add plan_cache_mode=force_generic_plan, finish_batch that and enable_seqscan=off, reap_hung enable_seqscan=off, live_counts, recent_errors and workers that and max_parallel_workers_per_gather=0, compact, _roll_up_hours and rotate_partitions lock_timeout=100ms, rotate_partitions and _history_partitions DateStyle=ISO, YMD, _mark_waiting lock_timeout=10ms, _cron_next and _next_slot TimeZone=UTC, _held_entry, _history_row, _settings and _live_row_ok none) (listed: those that do not)'
+    'every function of queue (API and helpers) but the procedure run_sql_tasks has proconfig {"search_path=pg_catalog, pg_temp"} (take_next, take_locked, consume, drain, finish, fail, release, _history_stages and _live_stages add plan_cache_mode=force_generic_plan, finish_batch that and enable_seqscan=off, reap_hung enable_seqscan=off, live_counts, recent_errors and workers that and max_parallel_workers_per_gather=0, compact, _roll_up_hours and rotate_partitions lock_timeout=100ms, rotate_partitions and _history_partitions DateStyle=ISO, YMD, _mark_waiting lock_timeout=10ms, _cron_next and _next_slot TimeZone=UTC, _held_entry, _history_row, _settings and _live_row_ok none) (listed: those that do not)'
 );
 
 -- Comments: what \df+ and \d+ show a DBA.

@@ -1,11 +1,11 @@
 -- _history_stages(): the distinct stages of queue.history, in order: a loose index scan that reads
 -- a batch of the (stage, finished) index's entries a query, from after the last stage found. The
 -- batch adapts: it doubles (to 4,096 entries) while more than half of a batch's entries are new
--- stages (sparse stages, seed 004's tenants: a run or two each, up to 4,096 stages a query) and
--- halves (to 2) otherwise, where it costs what one probe a stage did (35 µs: 1.4 s for 40,000
--- stages of a run each). A loop of plain queries rather than a recursive CTE, which Citus refuses
--- on a distributed table. For the views queue.metrics and queue.hourly and _roll_up_hours.
--- Reads queue.history; locks nothing beyond that.
+-- stages (many stages of a run or two each: up to 4,096 stages a query) and halves (to 2)
+-- otherwise, where it costs what one probe a stage did (docs/decisions.md, "The stage lists read
+-- the index in batches that adapt"). A loop of plain queries rather than a recursive CTE, which
+-- Citus refuses on a distributed table. For the views queue.metrics and queue.hourly and for
+-- _roll_up_hours. Reads queue.history; locks nothing beyond that.
 CREATE OR REPLACE FUNCTION queue._history_stages()
     RETURNS SETOF text
     LANGUAGE plpgsql

@@ -1,4 +1,4 @@
-"""record_results for consume's callers; _hidden_stages answers an admin at once; views count before hiding stages; hourly's history read estimated narrow; stage lists read in batches
+"""record_results for consume's callers; _hidden_stages answers an admin at once; views count before hiding stages; hourly's history read estimated narrow; stage lists read in batches; stage_config lists stages of waiting tasks
 
 Revision ID: 0112
 Revises: 0111
@@ -27,12 +27,14 @@ UPGRADE = [
     '0112_record_results_for_consume_s_callers/views/finished_totals.sql',
     '0112_record_results_for_consume_s_callers/views/hourly.sql',
     '0112_record_results_for_consume_s_callers/views/metrics.sql',
+    '0112_record_results_for_consume_s_callers/views/stage_config.sql',
     '0112_record_results_for_consume_s_callers/views/stats.sql',
     '0112_record_results_for_consume_s_callers/views/tasks.sql',
 ]
 DOWNGRADE = [
     '0111_release_0_2_0/views/tasks.sql',
     '0111_release_0_2_0/views/stats.sql',
+    '0111_release_0_2_0/views/stage_config.sql',
     '0111_release_0_2_0/views/metrics.sql',
     '0111_release_0_2_0/views/hourly.sql',
     '0111_release_0_2_0/views/finished_totals.sql',

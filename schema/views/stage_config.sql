@@ -2,7 +2,8 @@
 -- configure_stage(stage) with no other argument writes the stage a row of its own (from then on
 -- it no longer follows the defaults of '*'), and the tables behind it are not readable by the
 -- application roles. The stages listed: '*', those with settings or access rows, those with live
--- tasks and those schedules enqueue into.
+-- tasks (through _live_stages, and for tasks that wait for others, their queue.dependencies rows)
+-- and those schedules enqueue into.
 CREATE OR REPLACE VIEW queue.stage_config AS
 WITH stages AS (
     SELECT s.stage FROM queue.stage_settings s
@@ -10,6 +11,9 @@ WITH stages AS (
     SELECT a.stage FROM queue.stage_access a
     UNION
     SELECT l.stage FROM queue._live_stages() AS l(stage)
+    UNION
+    -- a task that waits for others is in neither index _live_stages reads; it has edges
+    SELECT w.stage FROM queue.live_tasks w WHERE w.id IN (SELECT d.task FROM queue.dependencies d)
     UNION
     SELECT sc.stage FROM queue.schedules sc
 )

@@ -2,7 +2,7 @@
 -- settings, its own or the defaults it inherits, and who may use a restricted stage; reading it
 -- writes nothing (configure_stage(stage) alone writes the stage a row of its own).
 BEGIN;
-SELECT plan(9);
+SELECT plan(10);
 
 SELECT queue.enqueue('{}', 'sc.plain');
 SELECT queue.configure_stage('sc.paused', paused => true, max_running => 3);
@@ -41,6 +41,13 @@ SELECT queue.configure_stage('*', max_attempts => 9);
 SELECT results_eq($$SELECT inherited, max_attempts FROM queue.stage_config WHERE stage = 'sc.plain'$$,
                   $$VALUES (false, 7)$$,
                   'from then on the stage no longer follows the defaults, and the view says so');
+
+-- A stage whose only task waits for another (after => …) is listed too.
+SELECT queue.enqueue('{}', 'sc.first');
+SELECT queue.enqueue('{}', 'sc.then', after => ARRAY[(SELECT id FROM queue.live_tasks WHERE stage = 'sc.first')]);
+SELECT results_eq($$SELECT c.stage, t.status::text FROM queue.stage_config c JOIN queue.live_tasks t USING (stage)
+                    WHERE c.stage = 'sc.then'$$,
+                  $$VALUES ('sc.then', 'waiting')$$, 'a stage whose only task waits for another is listed');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -2,8 +2,9 @@
 -- configure_stage(stage) with no other argument writes the stage a row of its own (from then on
 -- it no longer follows the defaults of '*'), and the tables behind it are not readable by the
 -- application roles. The stages listed: '*', those with settings or access rows, those with live
--- tasks (through _live_stages, and for tasks that wait for others, their queue.dependencies rows)
--- and those schedules enqueue into.
+-- tasks (_live_stages) and those schedules enqueue into. Live tasks are read only inside
+-- _live_stages: on Citus a reader's filter on the stage would otherwise send the whole query,
+-- that function's reads included, to a shard's node, which refuses them.
 CREATE OR REPLACE VIEW queue.stage_config AS
 WITH stages AS (
     SELECT s.stage FROM queue.stage_settings s
@@ -11,9 +12,6 @@ WITH stages AS (
     SELECT a.stage FROM queue.stage_access a
     UNION
     SELECT l.stage FROM queue._live_stages() AS l(stage)
-    UNION
-    -- a task that waits for others is in neither index _live_stages reads; it has edges
-    SELECT w.stage FROM queue.live_tasks w WHERE w.id IN (SELECT d.task FROM queue.dependencies d)
     UNION
     SELECT sc.stage FROM queue.schedules sc
 )

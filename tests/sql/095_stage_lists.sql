@@ -6,7 +6,7 @@
 -- stages (the second index: stages of running rows alone, and stages in both), and names that
 -- sort apart from their numbers ('s10' before 's9'). Each list must equal SELECT DISTINCT.
 BEGIN;
-SELECT plan(6);
+SELECT plan(7);
 
 -- live: 5,000 stages 'sp<n>' of a waiting task each; 20 stages 'dn<n>' of 300; 100 'tw<n>' of 2
 INSERT INTO queue.live_tasks (stage, run_at, payload)
@@ -47,6 +47,12 @@ SELECT is((SELECT pg_catalog.array_agg(s) FROM queue._history_stages() s),
 
 DELETE FROM queue.live_tasks;
 SELECT is((SELECT pg_catalog.count(*) FROM queue._live_stages()), 0::bigint, 'an empty queue has no stage');
+
+-- A task that waits for another is in neither index: its stage comes after the others.
+SELECT queue.enqueue('{}', 'sl.first');
+SELECT queue.enqueue('{}', 'sl.then', after => ARRAY[(SELECT id FROM queue.live_tasks WHERE stage = 'sl.first')]);
+SELECT is((SELECT pg_catalog.array_agg(s) FROM queue._live_stages() s), ARRAY['sl.first', 'sl.then'],
+          '_live_stages() lists the stage of a task that waits for another, after the indexes'' stages');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,10 +1,12 @@
--- _live_stages(): the distinct stages of queue.live_tasks, in order, from the two partial indexes
--- that lead with stage (waiting rows, running rows): a loose index scan in batches, as
+-- _live_stages(): the stages of queue.live_tasks: each once, in order, from the two partial indexes
+-- that lead with stage (ready and failed rows, running rows): a loose index scan in batches, as
 -- _history_stages (its batch adapts the same way). A query merges the first entries after the
 -- last stage found of each index, and keeps the first `batch` of the two: every entry before the
--- last one kept is among them, so no stage is missed. A loop of plain queries rather than a
--- recursive CTE, which Citus refuses on a distributed table. For the view queue.stage_config.
--- Reads queue.live_tasks; locks nothing beyond that.
+-- last one kept is among them, so no stage is missed. Then the stages of the tasks that wait for
+-- others (in neither index; found by their queue.dependencies rows), which may repeat one listed.
+-- A loop of plain queries rather than a recursive CTE, which Citus refuses on a distributed
+-- table. For the view queue.stage_config (its UNION drops the repeats). Reads queue.live_tasks
+-- and queue.dependencies; locks nothing beyond that.
 CREATE OR REPLACE FUNCTION queue._live_stages()
     RETURNS SETOF text
     LANGUAGE plpgsql
@@ -40,8 +42,10 @@ BEGIN
         EXIT WHEN pg_catalog.cardinality(v_rows) < v_batch;  -- both indexes read to their end
         v_batch := CASE WHEN v_found * 2 > v_batch THEN LEAST(v_batch * 2, 4096) ELSE GREATEST(v_batch / 2, 2) END;
     END LOOP;
+    RETURN QUERY SELECT w.stage FROM queue.live_tasks w WHERE w.id IN (SELECT d.task FROM queue.dependencies d)
+                  GROUP BY w.stage;
 END
 $$;
-COMMENT ON FUNCTION queue._live_stages() IS 'Internal: the distinct stages of queue.live_tasks (waiting and running rows), in order, by a loose index scan of the partial indexes leading with stage in batches (2 to 4,096 entries a query), for the view queue.stage_config.';
+COMMENT ON FUNCTION queue._live_stages() IS 'Internal: the distinct stages of queue.live_tasks (ready, failed and running rows), in order, by a loose index scan of the partial indexes leading with stage in batches (2 to 4,096 entries a query), then those of tasks waiting for others (may repeat); for the view queue.stage_config.';
 REVOKE ALL ON FUNCTION queue._live_stages() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue._live_stages() TO skiplock_monitor, skiplock_admin;

@@ -46,6 +46,6 @@ BEGIN
                   GROUP BY w.stage;
 END
 $$;
-COMMENT ON FUNCTION queue._live_stages() IS 'Internal: the distinct stages of queue.live_tasks (ready, failed and running rows), in order, by a loose index scan of the partial indexes leading with stage in batches (2 to 4,096 entries a query), then those of tasks waiting for others (may repeat); for the view queue.stage_config.';
+COMMENT ON FUNCTION queue._live_stages() IS 'Internal: the stages of queue.live_tasks for the view queue.stage_config: those of ready, failed and running rows once each, in order (a loose index scan in batches), then those of tasks waiting for others (may repeat).';
 REVOKE ALL ON FUNCTION queue._live_stages() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION queue._live_stages() TO skiplock_monitor, skiplock_admin;

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
 import psycopg
 import psycopg.conninfo
@@ -68,12 +68,27 @@ def counts(conn: psycopg.Connection, stage: str) -> dict[str, int]:
                              (stage,)).fetchall())
 
 
-def wait_for(predicate, timeout: float = 120.0, every: float = 0.1) -> None:
+def wait_for(predicate, timeout: float = 120.0, every: float = 0.1, state: Callable[[], str] | None = None) -> None:
+    """Wait for predicate(); past the timeout, fail with what state() says (why it did not come)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting")
+            raise AssertionError("timed out waiting" + (f"; {state()}" if state is not None else ""))
         time.sleep(every)
+
+
+def worker_state(conn: psycopg.Connection, stage: str, proc: subprocess.Popen, log: Path) -> str:
+    """The stage's tasks not done, the worker's processes (a command stuck before its exec shows
+    as a child that is still python) and its log's last lines: what a timed-out wait reports."""
+    rows = conn.execute("SELECT id, status::text, attempt, lease_expires - now(), worker, error_text FROM queue.tasks"
+                        " WHERE stage = %s AND status::text <> 'done' ORDER BY id", (stage,)).fetchall()
+    children = subprocess.run(["ps", "-o", "pid,stat,wchan:24,args", "--ppid", str(proc.pid)],
+                              capture_output=True, text=True).stdout
+    threads = Path(f"/proc/{proc.pid}/task")
+    waits = sorted({(t / "wchan").read_text() for t in threads.iterdir()}) if threads.exists() else []
+    tail = log.read_text().splitlines()[-15:]
+    return (f"worker exit code {proc.poll()}; tasks not done: {rows}; the worker's threads wait in {waits};"
+            f" its children:\n{children}its log's end:\n" + "\n".join(tail))
 
 
 def stop(proc: subprocess.Popen) -> str:
@@ -204,7 +219,8 @@ def test_too_many_connections_are_waited_out_and_the_reason_is_logged(url: str, 
             assert counts(conn, "wf.limit").get("done", 0) < 50
             conn.execute("ALTER ROLE wf_limit CONNECTION LIMIT -1")
             enqueue(conn, "wf.limit", 2, {"sleep": 1})
-            wait_for(lambda: counts(conn, "wf.limit") == {"done": 52})
+            wait_for(lambda: counts(conn, "wf.limit") == {"done": 52},
+                     state=lambda: worker_state(conn, "wf.limit", proc, log))
         finally:
             stop(proc) if proc.poll() is None else proc.wait()
     err = log.read_text()

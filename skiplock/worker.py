@@ -22,7 +22,8 @@ A heartbeat thread extends the leases of the tasks in hand; task.progress(x) sto
 (queue.heartbeat(progress => x)). Idle, it sleeps on LISTEN "skiplock.<stage>" and polls every
 idle_wait seconds anyway; through a transaction pooler (pooler="transaction", or found out by a
 missing prepared statement, 26000) it prepares nothing and only polls. A lost connection or an
-error that passes by waiting (skiplock.errors.transient) is retried with backoff (0.1 s doubling
+error that passes by waiting (skiplock.errors.transient; a connection attempt gets CONNECT_TIMEOUT
+seconds unless the URL sets connect_timeout) is retried with backoff (0.1 s doubling
 to 5 s), a finish or fail for as long as the task's lease holds; what waiting does not cure (a
 refused login, a revoked grant, skiplock missing) ends run() with Refused. Unless maintain_every is
 0, a thread runs queue.maintain_now() so that a dead worker's tasks come back with no `skiplock
@@ -103,6 +104,7 @@ from skiplock.errors import prepared_lost, refused_login, transient
 log = logging.getLogger("skiplock.worker")
 log_task = logging.getLogger("skiplock.worker.task")   # a line per task's failure, snooze, release, lost lease
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0   # seconds between attempts at a statement or a connection
+CONNECT_TIMEOUT = 10   # seconds a connection attempt may take, unless the URL or PGCONNECT_TIMEOUT says
 SETTINGS_EVERY = 30.0   # seconds between reads of a stage's queue.worker_settings (time limit, paused)
 ROUTINE_STEPS = ("roll_up_hours", "finished_counts")  # maintain steps that do work every round: logged at DEBUG
 
@@ -290,6 +292,18 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 
+def _connect_args(url: str) -> dict[str, Any]:
+    """connect_timeout=CONNECT_TIMEOUT unless the URL or PGCONNECT_TIMEOUT sets one. An attempt that
+    hangs (a host that drops packets, a server that accepts and never answers) then fails and is
+    retried like a refused one, so that a finish gives up with its lease and stop() ends run();
+    psycopg's own bound is 130 s. A URL that does not parse is left to the connection to report."""
+    try:
+        given = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.Error:
+        return {}
+    return {} if "connect_timeout" in given or os.environ.get("PGCONNECT_TIMEOUT") else {"connect_timeout": CONNECT_TIMEOUT}
+
+
 def _lost_connection(e: BaseException, conn: psycopg.Connection | psycopg.AsyncConnection | None) -> bool:
     """Did e come from a lost connection (terminated backend, server restart, network)?"""
     if not isinstance(e, (psycopg.OperationalError, psycopg.InterfaceError)):
@@ -367,7 +381,8 @@ class _Db(_DbRules):
             try:
                 sessions = self.worker.sessions
                 conn = unique_statement_names(
-                    psycopg.connect(self.worker.url, autocommit=True, prepare_threshold=5 if sessions else None))
+                    psycopg.connect(self.worker.url, autocommit=True, prepare_threshold=5 if sessions else None,
+                                    **self.worker.connect_args))
                 self.listening = False
                 if self.listen and sessions:  # notifications sent while we were away are lost: the caller takes now
                     for stage in self.worker.stages:
@@ -570,6 +585,7 @@ class Worker:
         if until_empty and transactional:
             raise ValueError("until_empty is not available in transactional mode")
         self.url = url
+        self.connect_args = _connect_args(url)   # the connection attempts' time limit
         self.handlers: dict[str, Handler] = {}
         for stage, h in (handlers or {}).items():
             self.handlers[require_stage(stage)] = h
@@ -1106,7 +1122,8 @@ class _AsyncDb(_DbRules):
             try:
                 sessions = self.worker.sessions
                 conn = unique_statement_names(await psycopg.AsyncConnection.connect(
-                    self.worker.url, autocommit=True, prepare_threshold=5 if sessions else None))
+                    self.worker.url, autocommit=True, prepare_threshold=5 if sessions else None,
+                    **self.worker.connect_args))
                 self.listening = False
                 if self.listen and sessions:  # notifications sent while we were away are lost: the caller takes now
                     for stage in self.worker.stages:

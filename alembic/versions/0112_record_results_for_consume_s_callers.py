@@ -1,4 +1,4 @@
-"""record_results for consume's callers; _hidden_stages answers an admin at once; views count before hiding stages; hourly's history read estimated narrow; stage lists read in batches; stage_config lists stages of waiting tasks
+"""record_results for consume's callers; _hidden_stages answers an admin at once; views count before hiding stages; hourly's history read estimated narrow; stage lists read in batches; stage_config lists stages of waiting tasks and groups stage_access once
 
 Revision ID: 0112
 Revises: 0111

@@ -2,7 +2,7 @@
 -- settings, its own or the defaults it inherits, and who may use a restricted stage; reading it
 -- writes nothing (configure_stage(stage) alone writes the stage a row of its own).
 BEGIN;
-SELECT plan(10);
+SELECT plan(11);
 
 SELECT queue.enqueue('{}', 'sc.plain');
 SELECT queue.configure_stage('sc.paused', paused => true, max_running => 3);
@@ -48,6 +48,22 @@ SELECT queue.enqueue('{}', 'sc.then', after => ARRAY[(SELECT id FROM queue.live_
 SELECT results_eq($$SELECT c.stage, t.status::text FROM queue.stage_config c JOIN queue.live_tasks t USING (stage)
                     WHERE c.stage = 'sc.then'$$,
                   $$VALUES ('sc.then', 'waiting')$$, 'a stage whose only task waits for another is listed');
+
+-- The roles of the restricted stages are grouped once a read, not looked up by three subqueries
+-- for each stage listed (0.45 s of 2.1 s at 100,000 stages).
+CREATE FUNCTION pg_temp.plan_text(query text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_line text;
+    v_all text := '';
+BEGIN
+    FOR v_line IN EXECUTE 'EXPLAIN ' || query LOOP
+        v_all := v_all || v_line || E'\n';
+    END LOOP;
+    RETURN v_all;
+END
+$$;
+SELECT unalike(pg_temp.plan_text('SELECT * FROM queue.stage_config'), '%SubPlan%',
+               'queue.stage_config runs no subquery for each stage it lists');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -27,11 +27,9 @@ SELECT st.stage,
        coalesce(own.backoff_base, d.backoff_base) AS backoff_base,
        coalesce(own.backoff_cap, d.backoff_cap) AS backoff_cap,
        coalesce(own.backoff_jitter, d.backoff_jitter) AS backoff_jitter,
-       EXISTS (SELECT FROM queue.stage_access a WHERE a.stage = st.stage) AS restricted,
-       coalesce((SELECT pg_catalog.array_agg(a.role ORDER BY a.role::text) FROM queue.stage_access a
-                  WHERE a.stage = st.stage AND a.may_enqueue), '{}') AS enqueue_roles,
-       coalesce((SELECT pg_catalog.array_agg(a.role ORDER BY a.role::text) FROM queue.stage_access a
-                  WHERE a.stage = st.stage AND a.may_take), '{}') AS take_roles,
+       acc.stage IS NOT NULL AS restricted,
+       coalesce(acc.enqueue_roles, '{}') AS enqueue_roles,
+       coalesce(acc.take_roles, '{}') AS take_roles,
        own.updated,
        coalesce(own.rate_limit, CASE WHEN own.stage IS NULL THEN d.rate_limit END) AS rate_limit,
        coalesce(own.rate_window, d.rate_window) AS rate_window,
@@ -43,6 +41,12 @@ SELECT st.stage,
   FROM stages st
   LEFT JOIN queue.stage_settings own ON own.stage = st.stage
   LEFT JOIN queue.stage_settings d ON d.stage = '*'
+  -- The roles of each restricted stage, grouped once: not three subqueries a listed stage.
+  LEFT JOIN (SELECT a.stage,
+                    pg_catalog.array_agg(a.role ORDER BY a.role::text) FILTER (WHERE a.may_enqueue) AS enqueue_roles,
+                    pg_catalog.array_agg(a.role ORDER BY a.role::text) FILTER (WHERE a.may_take) AS take_roles
+               FROM queue.stage_access a
+              GROUP BY a.stage) acc ON acc.stage = st.stage
  WHERE st.stage <> ALL ((SELECT queue._hidden_stages())::text[]);  -- restricted stages the caller was not granted
 COMMENT ON VIEW queue.stage_config IS 'The settings in force for each stage (its own row, or the defaults of ''*''), and who may enqueue into and take from a restricted stage. Lists ''*'', configured stages, and those with tasks or schedules. Change with configure_stage, grant_stage.';
 COMMENT ON COLUMN queue.stage_config.stage IS 'Stage, or ''*'' for the defaults of every stage without a row of its own.';

@@ -77,16 +77,17 @@ def wait_for(predicate, timeout: float = 120.0, every: float = 0.1, state: Calla
         time.sleep(every)
 
 
-def worker_state(conn: psycopg.Connection, stage: str, proc: subprocess.Popen, log: Path) -> str:
+def worker_state(conn: psycopg.Connection, stage: str, proc: subprocess.Popen, log: Path | None = None) -> str:
     """The stage's tasks not done, the worker's processes (a command stuck before its exec shows
-    as a child that is still python) and its log's last lines: what a timed-out wait reports."""
+    as a child that is still python) and its log's last lines (when it writes to a file): what a
+    timed-out wait reports."""
     rows = conn.execute("SELECT id, status::text, attempt, lease_expires - now(), worker, error_text FROM queue.tasks"
                         " WHERE stage = %s AND status::text <> 'done' ORDER BY id", (stage,)).fetchall()
     children = subprocess.run(["ps", "-o", "pid,stat,wchan:24,args", "--ppid", str(proc.pid)],
                               capture_output=True, text=True).stdout
     threads = Path(f"/proc/{proc.pid}/task")
     waits = sorted({(t / "wchan").read_text() for t in threads.iterdir()}) if threads.exists() else []
-    tail = log.read_text().splitlines()[-15:]
+    tail = log.read_text().splitlines()[-15:] if log is not None else ["(its stderr is a pipe, read at its end)"]
     return (f"worker exit code {proc.poll()}; tasks not done: {rows}; the worker's threads wait in {waits};"
             f" its children:\n{children}its log's end:\n" + "\n".join(tail))
 
@@ -121,13 +122,13 @@ def test_a_share_lock_past_the_statement_timeout_stops_no_slot(url: str, conn: p
         with conn.transaction():
             conn.execute("LOCK TABLE queue.live_tasks IN SHARE MODE")
             time.sleep(5)
-        wait_for(lambda: counts(conn, "wf.share") == {"done": 400})
+        wait_for(lambda: counts(conn, "wf.share") == {"done": 400}, state=lambda: worker_state(conn, "wf.share", proc))
         # No slot was lost: four commands run at once after the lock (the CLI once had a thread
         # per slot, each with its worker name; the library runs them in one worker).
         enqueue(conn, "wf.share", 4, {"block": 1})
         wait_for(lambda: len(list(tmp_path.iterdir())) == 4)
         (tmp_path / "go").touch()
-        wait_for(lambda: counts(conn, "wf.share") == {"done": 404})
+        wait_for(lambda: counts(conn, "wf.share") == {"done": 404}, state=lambda: worker_state(conn, "wf.share", proc))
         assert proc.poll() is None
     finally:
         (tmp_path / "go").touch()
@@ -194,7 +195,7 @@ def test_a_disk_full_on_finish_is_retried_while_the_lease_holds(url: str, conn: 
             conn.execute("UPDATE public.wf_disk SET is_full = true")
             time.sleep(4)
             conn.execute("UPDATE public.wf_disk SET is_full = false")
-            wait_for(lambda: counts(conn, "wf.disk") == {"done": 300})
+            wait_for(lambda: counts(conn, "wf.disk") == {"done": 300}, state=lambda: worker_state(conn, "wf.disk", proc))
         finally:
             err = stop(proc) if proc.poll() is None else proc.communicate()[1]
     finally:
@@ -263,7 +264,7 @@ def test_timeout_kills_a_hung_command_and_fails_its_attempt(url: str, conn: psyc
     enqueue(conn, "wf.hung", 1)
     proc = worker(url, "wf.hung", "--timeout", "1", "--no-maintain", "--", "sleep", "infinity")
     try:
-        wait_for(lambda: counts(conn, "wf.hung") == {"fatal": 1})
+        wait_for(lambda: counts(conn, "wf.hung") == {"fatal": 1}, state=lambda: worker_state(conn, "wf.hung", proc))
     finally:
         err = stop(proc) if proc.poll() is None else proc.communicate()[1]
     (attempt, error), = conn.execute("SELECT attempt, error_text FROM queue.tasks WHERE stage = 'wf.hung'").fetchall()
@@ -276,7 +277,7 @@ def test_the_stages_task_timeout_kills_a_hung_command(url: str, conn: psycopg.Co
     enqueue(conn, "wf.stagelimit", 1)
     proc = worker(url, "wf.stagelimit", "--no-maintain", "--", "sleep", "infinity")
     try:
-        wait_for(lambda: counts(conn, "wf.stagelimit") == {"fatal": 1})
+        wait_for(lambda: counts(conn, "wf.stagelimit") == {"fatal": 1}, state=lambda: worker_state(conn, "wf.stagelimit", proc))
     finally:
         err = stop(proc) if proc.poll() is None else proc.communicate()[1]
     error = conn.execute("SELECT error_text FROM queue.tasks WHERE stage = 'wf.stagelimit'").fetchone()[0]

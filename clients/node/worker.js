@@ -25,7 +25,8 @@
 // SIGTERM or Ctrl-C: finish the batch in hand, then exit 0.
 //
 // A lost connection (a terminated backend, a server restart) is logged and the worker reconnects,
-// for ever, after 0.1 s, then twice as long each time up to 5 s: the results of the batch in hand
+// for ever, after 0.1 s, then twice as long each time up to 5 s (an attempt that gets no answer
+// ends after the URL's connect_timeout, else PGCONNECT_TIMEOUT, else 10 s): the results of the batch in hand
 // are reported with their leases (still valid) once it is back, the rest of the batch runs,
 // LISTEN is issued again and heartbeats go on. Stopped (SIGTERM) while the server is unreachable,
 // it gives up after one more try and exits 1 (run() rejects with an Unreachable error): the leases
@@ -98,6 +99,17 @@ function taskSpan(task) {
 
 const BACKOFF_FIRST = 0.1;  // seconds before the first reconnection attempt, doubled each time...
 const BACKOFF_MAX = 5;      // ...up to this
+const CONNECT_TIMEOUT = 10; // seconds a connection attempt may take, unless the URL or PGCONNECT_TIMEOUT says
+
+// node-postgres waits for a connection without a limit of its own (and does not read the URL's
+// connect_timeout): an attempt that hangs (a server that accepts and never answers) would hold
+// the worker. The URL's connect_timeout, else PGCONNECT_TIMEOUT, else CONNECT_TIMEOUT; 0: none.
+function connectTimeoutMillis(url) {
+  const query = String(url).indexOf('?');  // a URI's parameters (WHATWG URL refuses postgresql://u@/db)
+  const given = query >= 0 ? new URLSearchParams(String(url).slice(query + 1)).get('connect_timeout') : null;
+  const seconds = Number(given ?? process.env.PGCONNECT_TIMEOUT ?? CONNECT_TIMEOUT);
+  return Number.isFinite(seconds) && seconds > 0 ? seconds * 1000 : 0;
+}
 
 class Unreachable extends Error {}  // the server could not be reached while the worker stopped
 class Refused extends Error {}      // what waiting does not cure: a refused login
@@ -179,6 +191,7 @@ class Worker {
                           listens: listen, prepares: prepare, maintainEvery, taskTimeout, shutdownTimeout, concurrency,
                           transactional: Boolean(transactional) });
     this.multi = stages.length > 1 || stages[0].endsWith('*');
+    this.connectTimeout = connectTimeoutMillis(url);
     this.timeouts = new Map(); // stage -> its task_timeout in seconds (or null), read once
     this.expires = new Map(); // id -> when its lease runs out (Date.now()), renewed by each heartbeat
     this.statements = new Map();  // text -> its name, when prepares
@@ -208,7 +221,7 @@ class Worker {
   async connect(role, setup = async () => {}) {
     let delay = BACKOFF_FIRST;
     for (let failed = false; ; failed = true) {
-      const client = new Client({ connectionString: this.url });
+      const client = new Client({ connectionString: this.url, connectionTimeoutMillis: this.connectTimeout });
       client.on('error', () => { client.skiplockBroken = true; });  // never an unhandled 'error' event
       client.on('end', () => { client.skiplockBroken = true; });
       try {
@@ -289,7 +302,7 @@ class Worker {
   // queue.maintain() in a transaction of its own, if no other worker runs it now (an advisory
   // lock elects one); on a connection of its own, opened for the round.
   async maintain() {
-    const client = new Client({ connectionString: this.url });
+    const client = new Client({ connectionString: this.url, connectionTimeoutMillis: this.connectTimeout });
     client.on('error', () => {});
     try {
       await client.connect();

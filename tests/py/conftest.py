@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import re
+import socket
+import threading
 from typing import Iterator
 
 import psycopg
@@ -104,3 +106,27 @@ def restart_cluster() -> Iterator[devdb.Cluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[tuple[int, list[socket.socket]]]:
+    """A TCP server on 127.0.0.1 that accepts each connection and never says a word (a proxy in
+    front of a dead server, or a host that drops packets, looks the same to a client): its port,
+    and the connections it holds (one an attempt)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield listener.getsockname()[1], held
+    finally:
+        listener.close()
+        for s in held:
+            s.close()

@@ -858,3 +858,21 @@ def test_client_fails_a_handler_past_the_stages_task_timeout(reconnecting_langua
                                  "WHERE stage = %s", (stage,)).fetchall())
     assert rows[hung].startswith("fatal: ") and "timed out after 1 s" in rows[hung], (rows, worker.log())
     assert rows[quick] == "done: ", (rows, worker.log())
+
+
+def test_client_times_out_a_connection_attempt_that_hangs(reconnecting_language: str,
+                                                          silent_server: tuple[int, list[socket.socket]]) -> None:
+    """A server that accepts connections and never answers: each attempt ends at the connect
+    timeout (PGCONNECT_TIMEOUT here; 10 s by default, where the URL and the environment set none)
+    and is retried, said in the worker's log; SIGTERM then ends the worker, exit 1. Without a
+    timeout of its own node-postgres waited on the first attempt for ever, and Python 130 s."""
+    port, held = silent_server
+    hole = f"host=127.0.0.1 port={port} dbname=nothing user=nobody sslmode=disable"
+    worker = ClientWorker(reconnecting_language, hole, "faults_hang", MAINTAIN_EVERY=0, PGCONNECT_TIMEOUT=1)
+    deadline = time.monotonic() + 60
+    while len(held) < 3 and worker.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(held) >= 3, f"{len(held)} connection attempt(s) in 60 s:\n{worker.log()}"
+    assert worker.stop() == 1, worker.log()
+    assert "timeout" in worker.log().lower() and "retrying" in worker.log(), worker.log()
+    assert "Traceback" not in worker.log(), worker.log()

@@ -504,30 +504,20 @@ def test_the_library_takes_a_prepared_statement_name_reused_under_it_for_a_poole
 
 @pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
 def test_a_connection_attempt_that_hangs_times_out_and_a_stop_ends_the_worker(
-        kind: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+        kind: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        silent_server: tuple[int, list]) -> None:
     """A server that accepts the connection and never answers (a proxy in front of a dead server, a
     host that drops packets looks the same): each attempt ends at the worker's connect timeout and
     is retried, and stop() ends run() (Unreachable). Its default applies where the URL sets none;
     here 2 s instead of 10. Without it, psycopg's bound of 130 s held each attempt."""
     import asyncio
-    import socket
 
     import skiplock.worker as library
 
     monkeypatch.setattr(library, "CONNECT_TIMEOUT", 2)
     monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
-    listener = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-
-    def accept() -> None:   # takes each connection and never says a word
-        while True:
-            try:
-                held.append(listener.accept()[0])
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    url = f"host=127.0.0.1 port={listener.getsockname()[1]} dbname=nothing user=nobody sslmode=disable"
+    port, held = silent_server
+    url = f"host=127.0.0.1 port={port} dbname=nothing user=nobody sslmode=disable"
     cls = getattr(library, kind)
     w = cls(url, {"wf.hole": lambda task: None}, maintain_every=0)
     ended: list[BaseException | None] = []
@@ -540,16 +530,11 @@ def test_a_connection_attempt_that_hangs_times_out_and_a_stop_ends_the_worker(
             ended.append(e)
 
     runner = threading.Thread(target=run, daemon=True)
-    try:
-        with caplog.at_level("WARNING", logger="skiplock.worker"):
-            runner.start()
-            wait_for(lambda: len(held) >= 3, timeout=60)   # three attempts: two of them timed out
-            w.stop()
-            runner.join(60)
-        assert not runner.is_alive(), "run() did not return after stop() while the server never answered"
-        assert len(ended) == 1 and isinstance(ended[0], library.Unreachable), ended
-        assert "cannot connect (connection timeout expired" in caplog.text, caplog.text
-    finally:
-        listener.close()
-        for s in held:
-            s.close()
+    with caplog.at_level("WARNING", logger="skiplock.worker"):
+        runner.start()
+        wait_for(lambda: len(held) >= 3, timeout=60)   # three attempts: two of them timed out
+        w.stop()
+        runner.join(60)
+    assert not runner.is_alive(), "run() did not return after stop() while the server never answered"
+    assert len(ended) == 1 and isinstance(ended[0], library.Unreachable), ended
+    assert "cannot connect (connection timeout expired" in caplog.text, caplog.text

@@ -41,8 +41,8 @@
 #
 # Settings (environment): DATABASE_URL, STAGE (default; names and prefixes, comma-separated,
 # blanks around each trimmed: a stage whose name holds a comma cannot be served), BATCH (10), LEASE
-# seconds (60), IDLE_WAIT seconds (5), SNOOZE seconds (10), PING seconds (0.1), SKIPLOCK_POOLER
-# (none, session or transaction), PSQL (psql; on Debian /usr/bin/psql is a Perl
+# seconds (60), IDLE_WAIT seconds (5), SNOOZE seconds (10), PING seconds (0.1), PGCONNECT_TIMEOUT
+# seconds (10), SKIPLOCK_POOLER (none, session or transaction), PSQL (psql; on Debian /usr/bin/psql is a Perl
 # wrapper: /usr/lib/postgresql/<version>/bin/psql starts faster). A setting that is not a number
 # (BATCH an integer from 1 to 10000), or a STAGE that names no stage, stops the worker at once
 # with exit code 2.
@@ -78,6 +78,10 @@ PSQL=${PSQL:-psql}
 FATAL_EXIT=100
 SNOOZE_EXIT=101
 SNOOZE=${SNOOZE:-10}
+# A connection attempt that gets no answer (a server that accepts and never answers) fails after
+# PGCONNECT_TIMEOUT seconds, 10 unless set, and is retried (libpq's own default waits for ever);
+# a connect_timeout in DATABASE_URL wins.
+export PGCONNECT_TIMEOUT=${PGCONNECT_TIMEOUT:-10}
 
 number() {  # name value more-than: a decimal number above the bound, or exit 2
     [[ $2 =~ ^([0-9]+(\.[0-9]*)?|\.[0-9]+)$ ]] && awk -v v="$2" -v m="$3" 'BEGIN { exit !(v + 0 > m) }' ||

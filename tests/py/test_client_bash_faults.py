@@ -5,7 +5,8 @@ LISTEN session and keeps taking tasks. Ctrl-C (SIGINT to the whole process group
 sends it) does not reach the running handler: the batch is finished and the worker exits 0. The
 server stopped while a handler runs: the finish is retried until the server is back, and the task
 ends done at its first attempt. A finish that answers false (the lease lost) is not retried. A
-setting that is not a number stops it at start with exit code 2.
+setting that is not a number stops it at start with exit code 2. A server that never answers:
+each take gives up at the worker's connect timeout and is retried.
 """
 
 from __future__ import annotations
@@ -251,3 +252,19 @@ def test_bash_worker_retries_a_finish_while_the_database_restarts(restart_cluste
         code = worker.signal_and_wait(signal.SIGTERM)
     assert code == 0, worker.log()
     assert f"finish on {task} failed; retrying" in worker.log(), worker.log()
+
+
+def test_bash_worker_times_out_a_connection_attempt_that_hangs(silent_server: tuple[int, list]) -> None:
+    """A server that accepts connections and never answers: psql's take fails after the worker's
+    default PGCONNECT_TIMEOUT (10 s; libpq alone waits for ever) and is retried; SIGTERM ends it."""
+    port, held = silent_server
+    # PGCONNECT_TIMEOUT empty counts as unset: the worker's own default is tested. No listener
+    # (SKIPLOCK_POOLER=transaction): the takes alone connect.
+    worker = BashWorker(f"postgresql://nobody@127.0.0.1:{port}/nothing?sslmode=disable", "bash_hang",
+                        SKIPLOCK_POOLER="transaction", PGCONNECT_TIMEOUT="")
+    deadline = time.monotonic() + 90
+    while worker.log().count("take_next failed") < 2 and worker.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert worker.log().count("take_next failed") >= 2, f"{len(held)} attempt(s) in 90 s:\n{worker.log()}"
+    assert "timeout expired" in worker.log(), worker.log()
+    assert worker.signal_and_wait(signal.SIGTERM) == 0, worker.log()

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # psycopg is imported when a connection is made: the CLI pars
 
 POOLER_ENV = "SKIPLOCK_POOLER"
 MODES = ("none", "session", "transaction")
+CONNECT_TIMEOUT = 10   # seconds a connection attempt may take, unless the URL or PGCONNECT_TIMEOUT says
 
 
 class PoolerError(ValueError):
@@ -65,10 +66,25 @@ def require_session(command: str) -> None:
                           f"not with {POOLER_ENV}=transaction")
 
 
-def connect(url: str, **kwargs: Any) -> psycopg.Connection:
-    """psycopg.connect (autocommit unless told otherwise), with server-side prepares off under
-    transaction pooling, and statement names of its own (unique_statement_names)."""
+def timeout_args(url: str) -> dict[str, Any]:
+    """connect_timeout=CONNECT_TIMEOUT unless the URL or PGCONNECT_TIMEOUT sets one. An attempt that
+    hangs (a host that drops packets, a server that accepts and never answers) then fails, and is
+    retried where the caller retries; psycopg's own bound is 130 s. A URL that does not parse is
+    left to the connection to report."""
     import psycopg
+    try:
+        given = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.Error:
+        return {}
+    return {} if "connect_timeout" in given or os.environ.get("PGCONNECT_TIMEOUT") else {"connect_timeout": CONNECT_TIMEOUT}
+
+
+def connect(url: str, **kwargs: Any) -> psycopg.Connection:
+    """psycopg.connect (autocommit unless told otherwise) within timeout_args' bound, with
+    server-side prepares off under transaction pooling, and statement names of its own
+    (unique_statement_names)."""
+    import psycopg
+    kwargs = {**timeout_args(url), **kwargs}
     kwargs.setdefault("autocommit", True)
     if not has_sessions():
         kwargs["prepare_threshold"] = None

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from skiplock import ops
+from skiplock.connect import timeout_args
 from skiplock.errors import describe_error
 
 # Starlette, Jinja and uvicorn (the extra skiplock[web]) are imported where the app is made, so
@@ -62,7 +63,7 @@ class Pool:
         with self.lock:
             if self.idle:
                 return self.idle.pop()
-        conn = psycopg.connect(self.url, autocommit=True, application_name="skiplock web")
+        conn = psycopg.connect(self.url, autocommit=True, application_name="skiplock web", **timeout_args(self.url))
         # The pages' queries are short; the planner's cost of the views' stage lists would make
         # PostgreSQL compile some of them (JIT), which costs far more than it saves.
         conn.execute("SET jit = off")
@@ -385,7 +386,7 @@ def serve(url: str, listen: str, password_file: str | None = None, allow_hosts: 
         if not password:
             raise SystemExit(f"skiplock web: {password_file} is empty")
     check_listen(host.strip("[]"), password)
-    with psycopg.connect(url, autocommit=True) as conn:  # fail now, not on the first page
+    with psycopg.connect(url, autocommit=True, **timeout_args(url)) as conn:  # fail now, not on the first page
         conn.execute("SELECT 1 FROM queue.stage_config LIMIT 1")
     print(f"skiplock web: http://{host}:{port}/ (as the login of --db; Ctrl-C stops)", flush=True)
     uvicorn.run(create_app(url, password, allowed_hosts=(host, *allow_hosts)), host=host.strip("[]"), port=int(port), log_level="warning")

@@ -22,8 +22,8 @@ A heartbeat thread extends the leases of the tasks in hand; task.progress(x) sto
 (queue.heartbeat(progress => x)). Idle, it sleeps on LISTEN "skiplock.<stage>" and polls every
 idle_wait seconds anyway; through a transaction pooler (pooler="transaction", or found out by a
 missing prepared statement, 26000) it prepares nothing and only polls. A lost connection or an
-error that passes by waiting (skiplock.errors.transient; a connection attempt gets CONNECT_TIMEOUT
-seconds unless the URL sets connect_timeout) is retried with backoff (0.1 s doubling
+error that passes by waiting (skiplock.errors.transient; a connection attempt gets 10 s unless the
+URL sets connect_timeout: skiplock.connect.timeout_args) is retried with backoff (0.1 s doubling
 to 5 s), a finish or fail for as long as the task's lease holds; what waiting does not cure (a
 refused login, a revoked grant, skiplock missing) ends run() with Refused. Unless maintain_every is
 0, a thread runs queue.maintain_now() so that a dead worker's tasks come back with no `skiplock
@@ -98,13 +98,12 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from skiplock import tracing
-from skiplock.connect import unique_statement_names
+from skiplock.connect import timeout_args, unique_statement_names
 from skiplock.errors import prepared_lost, refused_login, transient
 
 log = logging.getLogger("skiplock.worker")
 log_task = logging.getLogger("skiplock.worker.task")   # a line per task's failure, snooze, release, lost lease
 BACKOFF_FIRST, BACKOFF_MAX = 0.1, 5.0   # seconds between attempts at a statement or a connection
-CONNECT_TIMEOUT = 10   # seconds a connection attempt may take, unless the URL or PGCONNECT_TIMEOUT says
 SETTINGS_EVERY = 30.0   # seconds between reads of a stage's queue.worker_settings (time limit, paused)
 ROUTINE_STEPS = ("roll_up_hours", "finished_counts")  # maintain steps that do work every round: logged at DEBUG
 
@@ -290,18 +289,6 @@ def _one_line(e: BaseException) -> str:
     if isinstance(e, psycopg.Error) and e.sqlstate and e.diag.message_primary:
         return f"{e.sqlstate}: {e.diag.message_primary}"
     return " ".join(str(e).split()) or type(e).__name__
-
-
-def _connect_args(url: str) -> dict[str, Any]:
-    """connect_timeout=CONNECT_TIMEOUT unless the URL or PGCONNECT_TIMEOUT sets one. An attempt that
-    hangs (a host that drops packets, a server that accepts and never answers) then fails and is
-    retried like a refused one, so that a finish gives up with its lease and stop() ends run();
-    psycopg's own bound is 130 s. A URL that does not parse is left to the connection to report."""
-    try:
-        given = psycopg.conninfo.conninfo_to_dict(url)
-    except psycopg.Error:
-        return {}
-    return {} if "connect_timeout" in given or os.environ.get("PGCONNECT_TIMEOUT") else {"connect_timeout": CONNECT_TIMEOUT}
 
 
 def _lost_connection(e: BaseException, conn: psycopg.Connection | psycopg.AsyncConnection | None) -> bool:
@@ -585,7 +572,7 @@ class Worker:
         if until_empty and transactional:
             raise ValueError("until_empty is not available in transactional mode")
         self.url = url
-        self.connect_args = _connect_args(url)   # the connection attempts' time limit
+        self.connect_args = timeout_args(url)   # the connection attempts' time limit
         self.handlers: dict[str, Handler] = {}
         for stage, h in (handlers or {}).items():
             self.handlers[require_stage(stage)] = h

@@ -512,9 +512,10 @@ def test_a_connection_attempt_that_hangs_times_out_and_a_stop_ends_the_worker(
     here 2 s instead of 10. Without it, psycopg's bound of 130 s held each attempt."""
     import asyncio
 
+    import skiplock.connect
     import skiplock.worker as library
 
-    monkeypatch.setattr(library, "CONNECT_TIMEOUT", 2)
+    monkeypatch.setattr(skiplock.connect, "CONNECT_TIMEOUT", 2)
     monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
     port, held = silent_server
     url = f"host=127.0.0.1 port={port} dbname=nothing user=nobody sslmode=disable"

@@ -24,6 +24,7 @@ from sqlalchemy import create_engine, pool, text
 
 from alembic.script import ScriptDirectory
 
+from skiplock.connect import timeout_args
 from skiplock.migrate import (MIGRATION_LOCK_KEY, backoff, is_lock_timeout, is_retryable, libpq_url,
                               lock_queue_tables, lock_settings, refuse_old_server, refuse_pre_release)
 
@@ -43,7 +44,7 @@ def database_url() -> str:
 def run_once(url: str, lock_timeout: str) -> None:
     """One try: one connection, one transaction, every pending revision."""
     engine = create_engine("postgresql+psycopg://", poolclass=pool.NullPool,
-                           creator=lambda: psycopg.connect(url))
+                           creator=lambda: psycopg.connect(url, **timeout_args(url)))
     with engine.connect() as connection:
         context.configure(
             connection=connection,

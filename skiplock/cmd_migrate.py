@@ -11,13 +11,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
 from skiplock import migrate
+from skiplock.connect import timeout_args
 from skiplock.db import one
 from skiplock.sqlfiles import ROOT
 
 
 def current_revision(url: str) -> str | None:
     """The revision the database is at, None when skiplock was never installed."""
-    with psycopg.connect(migrate.libpq_url(url), autocommit=True) as conn:
+    url = migrate.libpq_url(url)
+    with psycopg.connect(url, autocommit=True, **timeout_args(url)) as conn:
         if one(conn.execute("SELECT pg_catalog.to_regclass('queue.skiplock_version'::pg_catalog.text)"))[0] is None:
             return None
         row = conn.execute("SELECT version_num FROM queue.skiplock_version").fetchone()

@@ -10,6 +10,9 @@
 
 set -euo pipefail
 : "${DATABASE_URL:?set DATABASE_URL}"
+# A server that accepts and never answers: psql gives up after 10 s (libpq alone waits for ever);
+# PGCONNECT_TIMEOUT or a connect_timeout in DATABASE_URL sets another bound.
+export PGCONNECT_TIMEOUT=${PGCONNECT_TIMEOUT:-10}
 
 if (( $# > 0 )); then
     payloads=$(printf '%s\n' "$@")

@@ -8,9 +8,12 @@
 // are printed one a line. Use queue.enqueue(payload, stage, key => ...) for keyed tasks.
 
 const { Client } = require('pg');
+const { connectTimeoutMillis } = require('./worker');
 
 async function enqueue(url, stage, payloads) {
-  const db = new Client({ connectionString: url });
+  // node-postgres alone waits for ever on a server that never answers: 10 s unless the URL's
+  // connect_timeout or PGCONNECT_TIMEOUT says otherwise.
+  const db = new Client({ connectionString: url, connectionTimeoutMillis: connectTimeoutMillis(url) });
   await db.connect();
   try {
     const { rows } = await db.query(
@@ -35,7 +38,7 @@ async function main(args) {
 }
 
 if (require.main === module) {
-  main(process.argv.slice(2)).catch((err) => { console.error(err); process.exit(1); });
+  main(process.argv.slice(2)).catch((err) => { console.error(`producer: ${err.message}`); process.exit(1); });
 }
 
 module.exports = { enqueue };

@@ -724,4 +724,4 @@ if (require.main === module) {
   });
 }
 
-module.exports = { Worker, Fail, Snooze, Outcome, Unreachable, Refused, handle, transient, withTrace };
+module.exports = { Worker, Fail, Snooze, Outcome, Unreachable, Refused, handle, transient, withTrace, connectTimeoutMillis };

@@ -24,6 +24,9 @@ def main(argv: list[str]) -> int:
     # One statement: nothing is prepared. A producer that repeats statements through a transaction
     # pooler (PgBouncer pool_mode=transaction) connects with prepare_threshold=None.
     pooled = os.environ.get("SKIPLOCK_POOLER", "").strip().lower() == "transaction"
+    # A server that accepts and never answers: give up after 10 s, not psycopg's 130 s (a
+    # connect_timeout in the URL, or PGCONNECT_TIMEOUT, sets another bound).
+    os.environ.setdefault("PGCONNECT_TIMEOUT", "10")
     with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True,
                          prepare_threshold=None if pooled else 5) as conn:
         rows = conn.execute("SELECT queue.enqueue_batch(payloads => %s::jsonb[], stage => %s)",
@@ -34,4 +37,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except (psycopg.Error, ValueError) as err:  # one line: the server's words, or the bad payload's
+        sys.exit(f"producer: {str(err).strip()}")

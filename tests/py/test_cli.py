@@ -450,15 +450,17 @@ def test_commands_on_an_unreachable_database_exit_1_with_one_line(tmp_path: Path
         assert "cannot reach the database" in line, line
 
 
-def test_commands_on_a_server_that_never_answers_give_up_in_one_line(silent_server: tuple[int, list]) -> None:
+@pytest.mark.parametrize("command", ["stats", "upgrade"])
+def test_commands_on_a_server_that_never_answers_give_up_in_one_line(command: str, silent_server: tuple[int, list]) -> None:
     """A server that accepts connections and never answers: each connection attempt of a command
     ends after 10 s (skiplock.connect.CONNECT_TIMEOUT; psycopg alone waits 130 s), and the command
-    says so in one line, exit 1, well within the 90 s this test gives it."""
+    says so in one line, exit 1, well within the 90 s this test gives it. `upgrade` connects
+    through Alembic's env.py as well."""
     port, held = silent_server
     hole = f"host=127.0.0.1 port={port} dbname=nothing user=nobody sslmode=disable"
     env = {k: v for k, v in ENV.items() if k != "PGCONNECT_TIMEOUT"}
-    proc = subprocess.run(skiplock_cmd(hole, "stats"), capture_output=True, text=True, timeout=90, env=env, cwd=ROOT)
-    line = _one_clear_line(proc, "stats")
+    proc = subprocess.run(skiplock_cmd(hole, command), capture_output=True, text=True, timeout=90, env=env, cwd=ROOT)
+    line = _one_clear_line(proc, command)
     assert "cannot reach the database" in line and "timeout expired" in line, line
     assert held, "no connection attempt reached the server"
 

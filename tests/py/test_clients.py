@@ -860,6 +860,25 @@ def test_client_fails_a_handler_past_the_stages_task_timeout(reconnecting_langua
     assert rows[quick] == "done: ", (rows, worker.log())
 
 
+@pytest.mark.parametrize("producer", ["python", "node", "bash"])
+def test_producer_gives_up_on_a_server_that_never_answers(producer: str, request: pytest.FixtureRequest,
+                                                          silent_server: tuple[int, list[socket.socket]]) -> None:
+    """A server that accepts connections and never answers: with no PGCONNECT_TIMEOUT and no
+    connect_timeout in the URL, each producer gives up after 10 s and says so on one line (exit 1;
+    2 from psql), within the 60 s this test gives it (psycopg alone waits 130 s, node-postgres and
+    psql for ever)."""
+    if producer == "node":
+        request.getfixturevalue("node_ready")
+    port, held = silent_server
+    env = client_env(f"host=127.0.0.1 port={port} dbname=nothing user=nobody sslmode=disable", "faults_hang")
+    env.pop("PGCONNECT_TIMEOUT", None)
+    proc = subprocess.run(LANGUAGES[producer]["producer"], env=env, input='{"n": 1}\n',
+                          capture_output=True, text=True, timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode in (1, 2) and len(lines) == 1 and "timeout" in lines[0], (proc.returncode, proc.stderr)
+    assert held, "no connection attempt reached the server"
+
+
 def test_client_times_out_a_connection_attempt_that_hangs(reconnecting_language: str,
                                                           silent_server: tuple[int, list[socket.socket]]) -> None:
     """A server that accepts connections and never answers: each attempt ends at the connect

@@ -31,6 +31,19 @@ TEMPLATE_ENV = "SKIPLOCK_TEST_TEMPLATE"
 # so the tests check every row they write instead (queue._live_row_ok, schema/tables/live_tasks.sql).
 LIVE_ROW_CHECK = ("ALTER TABLE queue.live_tasks ADD CONSTRAINT live_tasks_valid CHECK (queue._live_row_ok("
                   "status, attempt, lease, lease_expires, started, rerun, repeat, slot, group_key, waits))")
+# What the pgTAP files test plans with: EXPLAIN [options] query, its lines as one text.
+PLAN_TEXT = """CREATE OR REPLACE FUNCTION public.plan_text(query text, options text DEFAULT '') RETURNS text
+    LANGUAGE plpgsql AS $$
+DECLARE
+    v_line text;
+    v_all  text := '';
+BEGIN
+    FOR v_line IN EXECUTE 'EXPLAIN ' || options || ' ' || query LOOP
+        v_all := v_all || v_line || E'\\n';
+    END LOOP;
+    RETURN v_all;
+END
+$$"""
 
 
 def prepare_template(admin_url: str) -> str:
@@ -69,6 +82,7 @@ def prepare_tap_database(admin_url: str, template: str | None = None, name: str 
             migrate.upgrade(url)
             conn.execute(LIVE_ROW_CHECK)
         conn.execute("CREATE EXTENSION IF NOT EXISTS pgtap")
+        conn.execute(PLAN_TEXT)
         if plpgsql_check:
             conn.execute("CREATE EXTENSION IF NOT EXISTS plpgsql_check")
     return url

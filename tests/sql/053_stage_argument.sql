@@ -156,22 +156,11 @@ PREPARE by_id(bigint, uuid, text) AS
      WHERE t.id = $1 AND t.lease = $2 AND NOT t.rerun AND t.repeat IS NULL
        AND ($3 IS NULL OR t.stage = $3)
     RETURNING t.id;
-CREATE FUNCTION pg_temp.plan_of(p_query text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    v_line text;
-    v_all  text := '';
-BEGIN
-    FOR v_line IN EXECUTE 'EXPLAIN ' || p_query LOOP
-        v_all := v_all || v_line || E'\n';
-    END LOOP;
-    RETURN v_all;
-END
-$$;
-SELECT matches(pg_temp.plan_of($$EXECUTE by_id(1, gen_random_uuid(), 'st.a')$$), 'Index Scan using live_tasks_pkey',
+SELECT matches(public.plan_text($$EXECUTE by_id(1, gen_random_uuid(), 'st.a')$$), 'Index Scan using live_tasks_pkey',
                'the generic plan of finish''s statement with a stage probes live_tasks_pkey');
-SELECT matches(pg_temp.plan_of($$EXECUTE by_id(1, gen_random_uuid(), NULL)$$), 'Index Scan using live_tasks_pkey',
+SELECT matches(public.plan_text($$EXECUTE by_id(1, gen_random_uuid(), NULL)$$), 'Index Scan using live_tasks_pkey',
                '… and without one');
-SELECT doesnt_match(pg_temp.plan_of($$EXECUTE by_id(1, gen_random_uuid(), NULL)$$), 'Seq Scan', '… never a Seq Scan');
+SELECT doesnt_match(public.plan_text($$EXECUTE by_id(1, gen_random_uuid(), NULL)$$), 'Seq Scan', '… never a Seq Scan');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -101,21 +101,10 @@ PREPARE consume_claim(text, timestamptz, integer) AS
                 LIMIT $3
                   FOR UPDATE SKIP LOCKED))
     RETURNING t.id;
-CREATE FUNCTION pg_temp.plan_of(p_query text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    v_line text;
-    v_all  text := '';
-BEGIN
-    FOR v_line IN EXECUTE 'EXPLAIN ' || p_query LOOP
-        v_all := v_all || v_line || E'\n';
-    END LOOP;
-    RETURN v_all;
-END
-$$;
 ANALYZE queue.live_tasks;
-SELECT ok(pg_temp.plan_of($$EXECUTE consume_claim('cs.plan1', now(), 100)$$) ~ 'Index Scan using live_tasks_claim'
-          AND pg_temp.plan_of($$EXECUTE consume_claim('cs.plan1', now(), 100)$$) ~ 'Tid Scan'
-          AND pg_temp.plan_of($$EXECUTE consume_claim('cs.plan1', now(), 100)$$) !~ 'Seq Scan|Sort',
+SELECT ok(public.plan_text($$EXECUTE consume_claim('cs.plan1', now(), 100)$$) ~ 'Index Scan using live_tasks_claim'
+          AND public.plan_text($$EXECUTE consume_claim('cs.plan1', now(), 100)$$) ~ 'Tid Scan'
+          AND public.plan_text($$EXECUTE consume_claim('cs.plan1', now(), 100)$$) !~ 'Seq Scan|Sort',
           'consume''s generic plan claims on live_tasks_claim and deletes by address, no Seq Scan or Sort');
 RESET plan_cache_mode;
 

@@ -28,21 +28,10 @@ BEGIN
     RETURN v_plan;
 END
 $$;
-CREATE FUNCTION pg_temp.plan_text(query text) RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    v_line text;
-    v_all text := '';
-BEGIN
-    FOR v_line IN EXECUTE 'EXPLAIN ' || query LOOP
-        v_all := v_all || v_line || E'\n';
-    END LOOP;
-    RETURN v_all;
-END
-$$;
 
 SELECT cmp_ok((pg_temp.plan_json('SELECT * FROM queue.metrics') -> 0 -> 'Plan' ->> 'Total Cost')::float8, '<', 100000::float8,
               'with 120 more history partitions, a scrape of queue.metrics is planned below the default jit_above_cost (100000)');
-SELECT ok((SELECT pg_catalog.max(m[1]::integer) FROM pg_catalog.regexp_matches(pg_temp.plan_text('SELECT * FROM queue.metrics'),
+SELECT ok((SELECT pg_catalog.max(m[1]::integer) FROM pg_catalog.regexp_matches(public.plan_text('SELECT * FROM queue.metrics'),
                                                                              'Subplans Removed: (\d+)', 'g') m) >= 120,
           'the scan of history''s last minute is pruned, when it starts, to the partitions that cover it');
 SELECT results_eq($$SELECT stage, finished_last_minute FROM queue.metrics WHERE stage LIKE 'mp.%' AND status = 'done' ORDER BY stage$$,

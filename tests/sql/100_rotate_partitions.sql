@@ -23,16 +23,9 @@ BEGIN
 END
 $$;
 -- The tables a plan reads (partitions and the default), from EXPLAIN.
-CREATE FUNCTION pg_temp.tables_read(query text) RETURNS text[] LANGUAGE plpgsql AS $$
-DECLARE
-    v_line text;
-    v_plan text := '';
-BEGIN
-    FOR v_line IN EXECUTE 'EXPLAIN (COSTS OFF) ' || query LOOP
-        v_plan := v_plan || v_line || E'\n';
-    END LOOP;
-    RETURN ARRAY(SELECT DISTINCT m[1] FROM regexp_matches(v_plan, ' on (history_[a-z0-9]+)', 'g') AS m ORDER BY 1);
-END
+CREATE FUNCTION pg_temp.tables_read(query text) RETURNS text[] LANGUAGE sql AS $$
+    SELECT ARRAY(SELECT DISTINCT m[1] FROM regexp_matches(public.plan_text(query, '(COSTS OFF)'), ' on (history_[a-z0-9]+)', 'g') AS m
+                  ORDER BY 1);
 $$;
 CREATE TEMP VIEW parts AS
 SELECT h.name, lower(h.range) AS lo, upper(h.range) AS hi FROM queue._history_partitions() h;

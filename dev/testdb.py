@@ -81,11 +81,16 @@ def prepare_tap_database(admin_url: str, template: str | None = None, name: str 
         if template is None:
             migrate.upgrade(url)
             conn.execute(LIVE_ROW_CHECK)
-        conn.execute("CREATE EXTENSION IF NOT EXISTS pgtap")
-        conn.execute(PLAN_TEXT)
+        add_tap_tools(conn)
         if plpgsql_check:
             conn.execute("CREATE EXTENSION IF NOT EXISTS plpgsql_check")
     return url
+
+
+def add_tap_tools(conn: psycopg.Connection) -> None:
+    """What the pgTAP files use beside the schema: pgTAP, and PLAN_TEXT."""
+    conn.execute("CREATE EXTENSION IF NOT EXISTS pgtap")
+    conn.execute(PLAN_TEXT)
 
 
 def prepare_tap_databases(admin_url: str, template: str | None = None, count: int = TAP_JOBS,

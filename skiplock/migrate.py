@@ -189,7 +189,7 @@ def backoff(attempt: int, rng: random.Random | None = None) -> float:
 
 
 def lock_queue_tables(connection: Any, nowait_seconds: float, pause: float = 0.02) -> str:
-    """Take ACCESS EXCLUSIVE on every table of schema queue at once, before the first DDL.
+    """Take ACCESS EXCLUSIVE on every table and view of schema queue at once, before the first DDL.
 
     Revisions alter tables (ADD COLUMN needs ACCESS EXCLUSIVE) one statement at a time, and
     workers lock the same tables in different orders (take_next: stage_settings then live_tasks;
@@ -197,6 +197,9 @@ def lock_queue_tables(connection: Any, nowait_seconds: float, pause: float = 0.0
     the next can close a cycle with a worker, and the deadlock detector may then abort the
     worker's call. So the run first tries to get all the tables in one LOCK … NOWAIT, which never
     queues (workers never wait behind it) and either gets every lock or none: no cycle can form.
+    The views too: a read of a view locks the view, then its tables; holding the tables alone, the
+    run's CREATE OR REPLACE VIEW queued behind a read that queued behind the run (40P01 for a
+    `queue.stats` read under test_upgrade_under_load). Held first, the view makes the read wait.
     It retries that every `pause` seconds for `nowait_seconds`, then queues for them in one LOCK
     statement, bounded by lock_timeout like any other wait (55P03 → the whole run is retried).
     nowait_seconds 0 (lock_timeout 0: wait for ever) queues at once. Returns how it got them:
@@ -205,7 +208,7 @@ def lock_queue_tables(connection: Any, nowait_seconds: float, pause: float = 0.0
     found = [r[0] for r in connection.execute(text(
         "SELECT c.relname::pg_catalog.text FROM pg_catalog.pg_class c"
         " WHERE c.relnamespace OPERATOR(pg_catalog.=) 'queue'::pg_catalog.regnamespace::pg_catalog.oid"
-        " AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p}'::pg_catalog.\"char\"[])"
+        " AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p,v}'::pg_catalog.\"char\"[])"
         " AND NOT c.relispartition AND c.relname OPERATOR(pg_catalog.<>) 'skiplock_version'::pg_catalog.name"
         " ORDER BY c.relname"))]
     if not found:

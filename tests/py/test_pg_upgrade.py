@@ -269,7 +269,7 @@ def test_workers_go_on_after_the_upgrade(upgraded: dict) -> None:
 def test_the_pgtap_suite_passes_on_the_upgraded_databases(upgraded: dict) -> None:
     for url in upgraded["taps"]:
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS pgtap")
+            testdb.add_tap_tools(conn)
     assert testdb.run_pg_prove(upgraded["taps"]) == 0, "pgTAP failed on the upgraded databases (output above)"
     print(f"PostgreSQL {upgraded['old_major']} -> {NEW_MAJOR}: set-up and upgrade {upgraded['setup_s']:.0f} s,"
           f" of which pg_upgrade --check and pg_upgrade {upgraded['pg_upgrade_s']:.0f} s")

@@ -605,3 +605,49 @@ def test_a_hot_table_migration_waits_at_most_lock_timeout(admin_url: str, tmp_pa
             assert conn.execute("SELECT version_num FROM queue.skiplock_version").fetchone()[0] == _script().get_current_head()
     finally:
         drop_database(admin_url, url)
+
+
+def test_a_view_read_while_the_run_holds_the_tables_waits_for_the_run(db: str) -> None:
+    """The cycle a CI run met upgrading from 0100 under load (a `queue.stats` read got 40P01): the
+    run held every table, a read of queue.stats locked the view and queued for a table, and the
+    run's CREATE OR REPLACE VIEW queued for the view. lock_queue_tables takes the views as well,
+    so the read queues at the view and the run's view DDL (ACCESS EXCLUSIVE on it, as here) has
+    nothing to wait for; the read then ends normally. Without the views in the lock, the read or
+    the run fails with 40P01 after deadlock_timeout."""
+    from sqlalchemy import create_engine, pool, text
+    engine = create_engine("postgresql+psycopg://", poolclass=pool.NullPool, creator=lambda: psycopg.connect(db))
+    outcome: dict[str, Any] = {}
+    reader = psycopg.connect(db, autocommit=True)
+    reader.execute("SET lock_timeout = '60s'")
+    reader_pid = reader.info.backend_pid
+
+    def read() -> None:
+        try:
+            outcome["rows"] = reader.execute("SELECT count(*) FROM queue.stats").fetchone()[0]
+        except psycopg.Error as e:
+            outcome["error"] = f"{e.sqlstate}: {e}"
+
+    try:
+        with engine.connect() as run, psycopg.connect(db, autocommit=True) as watch:
+            run.execute(text("SET LOCAL lock_timeout = '30s'"))
+            assert migrate.lock_queue_tables(run, 10.0) == "nowait"
+            thread = threading.Thread(target=read, daemon=True)
+            thread.start()
+            deadline = time.monotonic() + 60
+            while watch.execute("SELECT wait_event_type IS DISTINCT FROM 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                                (reader_pid,)).fetchone()[0]:
+                assert time.monotonic() < deadline and thread.is_alive(), f"the read never queued behind the run: {outcome}"
+                time.sleep(0.05)
+            waits_on = watch.execute("SELECT l.relation::regclass::text FROM pg_locks l WHERE l.pid = %s AND NOT l.granted",
+                                     (reader_pid,)).fetchone()[0]
+            try:
+                run.execute(text("LOCK TABLE queue.stats IN ACCESS EXCLUSIVE MODE"))
+            except Exception as e:  # noqa: BLE001 - the verdict says what it was
+                outcome["run error"] = str(e).splitlines()[0]
+            run.rollback()
+        thread.join(60)
+        assert not thread.is_alive(), "the read did not end after the run"
+        assert "error" not in outcome and "run error" not in outcome, (waits_on, outcome)
+        assert waits_on == "queue.stats", f"the read queued for {waits_on}, not for the view"
+    finally:
+        reader.close()
